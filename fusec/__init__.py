@@ -1,0 +1,5 @@
+"""fusec: a fusion compiler for chains of elementwise GPU kernels."""
+from .errors import ArgumentError, FzError
+
+__version__ = "0.1.0"
+__all__ = ["ArgumentError", "FzError", "__version__"]

@@ -1,0 +1,129 @@
+"""The syntax tree of a .fz program, as the parser builds it.
+
+Untyped and unchecked; `fusec.passes.check` turns it into the IR.
+Every node carries the location of its first token (not part of equality).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from .errors import Loc, loc_field
+
+
+@dataclass(frozen=True, slots=True)
+class Num:
+    text: str
+    is_float: bool
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    id: str
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    op: str
+    operand: "Expr"
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    op: str
+    left: "Expr"
+    right: "Expr"
+    loc: Loc = loc_field()  # the operator's location
+
+
+@dataclass(frozen=True, slots=True)
+class Ternary:
+    cond: "Expr"
+    then: "Expr"
+    other: "Expr"
+    loc: Loc = loc_field()  # the '?'
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    func: str
+    args: tuple["Expr", ...]
+    loc: Loc = loc_field()
+
+
+Expr = Union[Num, Name, Unary, Binary, Ternary, Call]
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    value: str | int
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRef:
+    name: str
+    dims: tuple[Dim, ...] | None  # None: a scalar
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    type: TypeRef
+    inout: bool
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    name: str
+    value: Expr
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    targets: tuple[Name, ...]
+    value: Expr
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    value: Expr
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    count: Name | Num
+    body: tuple["Assign | Repeat", ...]
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class StageDef:
+    name: str
+    params: tuple[Param, ...]
+    results: tuple[Param, ...]
+    named_results: bool  # `-> (r: f32, a: f32)` rather than `-> f32`
+    body: tuple[Let | Assign | Return, ...]
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineDef:
+    name: str
+    params: tuple[Param, ...]
+    outputs: tuple[Param, ...]
+    body: tuple[Assign | Repeat, ...]
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    decls: tuple[StageDef | PipelineDef, ...]

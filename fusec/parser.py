@@ -1,0 +1,228 @@
+"""Text -> syntax tree (`fusec.ast`), with located errors.
+
+One LALR parser, built once from `grammar/fz.lark`. Lark's exceptions are
+turned into `FzError`s that point at the offending token; the tree is checked
+for nesting depth before it is walked, so that no input can exhaust Python's
+recursion limit.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import ast
+from .errors import Diagnostic, FzError, Loc, Source
+
+# Deepest syntax tree accepted. An expression level costs a few tree levels,
+# so this allows ~70 levels of nested parentheses or a 100-term chain written
+# left to right; the tree walkers below recurse once per level, so the bound
+# keeps them far from Python's recursion limit (1000 frames).
+MAX_TREE_DEPTH = 200
+
+# Friendly names for the terminals in "expected ..." messages.
+_TERMINAL_NAMES = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number", "$END": "end of file",
+                   "INOUT": "'inout'"}
+_CLOSERS = {"';'", "')'", "','", "']'", "':'", "'{'"}
+
+
+@functools.cache
+def _lark() -> Lark:
+    grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
+    return Lark(grammar, parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True)
+
+
+def read_source(path: str) -> Source:
+    """Reads a .fz file; an unreadable or non-UTF-8 file is an FzError."""
+    name = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise FzError(Diagnostic(Loc(), f"cannot read file: {exc.strerror or exc}"), Source(name, "")) from None
+    return decode_source(data, name)
+
+
+def decode_source(data: bytes, name: str) -> Source:
+    try:
+        return Source(name, data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        text = data.decode("utf-8", errors="replace")
+        msg = f"file is not valid UTF-8 text (byte 0x{data[exc.start]:02x})"
+        raise FzError(Diagnostic(Loc(line, col), msg), Source(name, text)) from None
+
+
+def parse(source: Source) -> ast.Module:
+    """Parses a whole program; raises FzError with the location of the first syntax error."""
+    try:
+        tree = _lark().parse(source.text)
+    except UnexpectedInput as exc:
+        raise FzError(_syntax_error(exc, source), source) from None
+    _check_depth(tree, source)
+    try:
+        return _ToAst().transform(tree)
+    except VisitError as exc:  # unwrap so the user sees the real error
+        if isinstance(exc.orig_exc, FzError):
+            raise exc.orig_exc.with_source(source) from None
+        raise
+
+
+def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
+    if isinstance(exc, UnexpectedCharacters):
+        char = source.text[exc.pos_in_stream] if exc.pos_in_stream < len(source.text) else ""
+        shown = repr(char) if char.isprintable() else f"U+{ord(char):04X}" if char else "end of file"
+        return Diagnostic(Loc(exc.line, exc.column), f"unexpected character {shown}")
+    assert isinstance(exc, UnexpectedToken)
+    token = exc.token
+    if token.type == "$END":
+        lines = source.text.split("\n")
+        loc = Loc(len(lines), len(lines[-1]) + 1)
+        found = "end of file"
+    else:
+        loc = Loc(token.line, token.column)
+        found = f"'{token.value}'" if len(token.value) < 40 else f"'{token.value[:37]}...'"
+    expected = {_terminal_text(name) for name in exc.expected}
+    # After a complete operand every operator is "expected" too; the closer is the useful hint.
+    closers = expected & _CLOSERS
+    expected = sorted(closers or expected)
+    hint = f"; expected {_one_of(expected)}" if expected else ""
+    return Diagnostic(loc, f"unexpected {found}{hint}")
+
+
+def _terminal_text(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    pattern = _lark().get_terminal(name).pattern
+    return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
+
+
+def _one_of(items: list[str]) -> str:
+    if len(items) == 1:
+        return items[0]
+    if len(items) > 8:
+        items = items[:8] + ["..."]
+    return "one of " + ", ".join(items)
+
+
+def _check_depth(tree: Tree, source: Source) -> None:
+    """Iteratively finds a subtree nested deeper than MAX_TREE_DEPTH."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_TREE_DEPTH:
+            loc = _tree_loc(node)
+            raise FzError(Diagnostic(loc, f"expression is nested too deeply (more than {MAX_TREE_DEPTH} "
+                                          "levels); split it into several statements or stages"), source)
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+
+
+def _tree_loc(node: Tree) -> Loc:
+    meta = node.meta
+    return Loc(meta.line, meta.column) if not meta.empty else Loc()
+
+
+def _loc(item: Token | Tree) -> Loc:
+    return Loc(item.line, item.column) if isinstance(item, Token) else _tree_loc(item)
+
+
+def _expr(item) -> ast.Expr:
+    """Bare tokens inlined by `?atom` become leaves."""
+    if isinstance(item, Token):
+        if item.type == "NAME":
+            return ast.Name(str(item), loc=_loc(item))
+        return ast.Num(str(item), item.type == "FLOAT", loc=_loc(item))
+    return item
+
+
+def _expr_loc(item) -> Loc:
+    return _expr(item).loc
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    """Lark tree -> ast nodes (each method is one grammar rule)."""
+
+    def start(self, meta, decls):
+        return ast.Module(tuple(decls))
+
+    # ---- declarations
+    def stage_def(self, meta, children):
+        name, params, (named, results), body = children
+        return ast.StageDef(str(name), params or (), results, named, body, loc=_loc(name))
+
+    def pipeline_def(self, meta, children):
+        name, params, outputs, body = children
+        return ast.PipelineDef(str(name), params or (), outputs or (), body, loc=_loc(name))
+
+    def params(self, meta, items):
+        return tuple(items)
+
+    def outputs(self, meta, items):
+        return tuple(items)
+
+    def param(self, meta, children):
+        inout, name, type_ref = children
+        return ast.Param(str(name), type_ref, inout is not None, loc=_loc(name))
+
+    def single_result(self, meta, children):
+        (type_ref,) = children
+        return False, (ast.Param("result", type_ref, False, loc=type_ref.loc),)
+
+    def named_results(self, meta, items):
+        return True, tuple(items)
+
+    def type_ref(self, meta, children):
+        name, dims = children
+        return ast.TypeRef(str(name), dims, loc=_loc(name))
+
+    def dims(self, meta, items):
+        return tuple(ast.Dim(int(str(t), 0) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
+
+    # ---- statements
+    def stage_block(self, meta, stmts):
+        return tuple(stmts)
+
+    pipe_block = stage_block
+
+    def let_stmt(self, meta, children):
+        name, value = children
+        return ast.Let(str(name), _expr(value), loc=_loc(name))
+
+    def return_stmt(self, meta, children):
+        (value,) = children
+        return ast.Return(_expr(value), loc=Loc(meta.line, meta.column))
+
+    def assign(self, meta, children):
+        targets, value = children
+        return ast.Assign(targets, _expr(value), loc=targets[0].loc)
+
+    def targets(self, meta, names):
+        return tuple(ast.Name(str(n), loc=_loc(n)) for n in names)
+
+    def repeat(self, meta, children):
+        count, body = children
+        return ast.Repeat(_expr(count), body, loc=Loc(meta.line, meta.column))
+
+    # ---- expressions
+    def _binary(self, meta, children):
+        left, op, right = children
+        return ast.Binary(str(op), _expr(left), _expr(right), loc=_loc(op))
+
+    or_expr = and_expr = equality = relation = sum = product = power = _binary
+
+    def unary(self, meta, children):
+        op, operand = children
+        return ast.Unary(str(op), _expr(operand), loc=_loc(op))
+
+    def ternary(self, meta, children):
+        cond, question, then, _colon, other = children
+        return ast.Ternary(_expr(cond), _expr(then), _expr(other), loc=_loc(question))
+
+    def call(self, meta, children):
+        name, *args = children
+        args = tuple(_expr(a) for a in args if a is not None)
+        return ast.Call(str(name), args, loc=_loc(name))

@@ -1,0 +1,328 @@
+"""Type checking of scalar expressions: ast.Expr -> SSA instructions.
+
+Literals are weak: a subexpression made only of literals and named
+constants stays a `Weak` syntax node until it meets a strong operand, and is
+then emitted in that operand's type (`materialize`). Errors are collected;
+a failed subexpression becomes POISON so that one mistake is reported once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Union
+
+from .. import ast
+from ..builtins import ARITH_OPS, BOOL_CONSTANTS, BUILTINS, COMPARE_OPS, FLOAT_CONSTANTS, LOGIC_OPS
+from ..errors import Diagnostics, Loc
+from ..ir import BodyBuilder, Instr, StageFn
+from ..types import (BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, F64, INT_RANGE, ScalarType,
+                     can_convert, promote)
+
+F32_MAX = 3.4028234663852886e38
+# Instructions whose f16/bf16 value is already rounded to its type.
+_EXACT_OPS = ("load", "cast", "const", "arg", "call")
+
+
+@dataclass(frozen=True, slots=True)
+class Strong:
+    id: int
+    type: ScalarType | None  # None: poisoned by an earlier error
+
+
+@dataclass(frozen=True, slots=True)
+class Weak:
+    node: ast.Expr
+    kind: str  # "int" | "float"
+
+
+Typed = Union[Strong, Weak]
+POISON = Strong(-1, None)
+
+
+def parse_int(text: str) -> int:
+    return int(text, 16) if text[:2].lower() == "0x" else int(text, 10)
+
+
+def weak_kind(node: ast.Expr) -> str:
+    if isinstance(node, ast.Num):
+        return "float" if node.is_float else "int"
+    if isinstance(node, ast.Name):
+        return "float"
+    if isinstance(node, ast.Unary):
+        return weak_kind(node.operand)
+    assert isinstance(node, ast.Binary)
+    return "float" if "float" in (weak_kind(node.left), weak_kind(node.right)) else "int"
+
+
+def default_type(kind: str) -> ScalarType:
+    return DEFAULT_FLOAT if kind == "float" else DEFAULT_INT
+
+
+class ExprChecker:
+    """Checks expressions of one body (a stage, or one pipeline statement).
+
+    `lookup(name)` resolves a name to a Strong value (or None); `stages` are
+    the already-checked stages a call may name.
+    """
+
+    def __init__(self, builder: BodyBuilder, diags: Diagnostics,
+                 lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn]):
+        self.b = builder
+        self.diags = diags
+        self.lookup = lookup
+        self.stages = stages
+
+    # ---- helpers
+    def error(self, loc: Loc, message: str) -> Strong:
+        self.diags.error(loc, message)
+        return POISON
+
+    def emit(self, op: str, args: tuple[int, ...], type_: ScalarType, loc: Loc, attr=None) -> Strong:
+        return Strong(self.b.emit(Instr(op, args, type_, attr, loc=loc)), type_)
+
+    def strong(self, value: Typed) -> Strong:
+        """A weak value on its own takes the default type (i32 or f32)."""
+        if isinstance(value, Weak):
+            return self.materialize(value, default_type(value.kind))
+        return value
+
+    # ---- conversions
+    def convert(self, value: Typed, to: ScalarType, loc: Loc, what: str) -> Strong:
+        """Implicit conversion (assignment, stage argument, operand promotion)."""
+        if isinstance(value, Weak):
+            if value.kind == "float" and not to.is_float:
+                return self.error(loc, f"{what}: a float literal cannot be used as {to}; write {to}(...)")
+            return self.materialize(value, to)
+        if value.type is None:
+            return POISON
+        if value.type == to:
+            if to.compute != to and self.b.instrs[value.id].op not in _EXACT_OPS:
+                return self.emit("cast", (value.id,), to, loc)  # round to f16/bf16
+            return value
+        if not can_convert(value.type, to):
+            return self.error(loc, f"{what}: cannot convert {value.type} to {to} implicitly; write {to}(...)")
+        return self.emit("cast", (value.id,), to, loc)
+
+    def cast(self, value: Typed, to: ScalarType, loc: Loc) -> Strong:
+        """An explicit cast `T(x)`: any scalar type to any other."""
+        if isinstance(value, Weak):
+            if value.kind == "float" and not to.is_float:
+                value = self.materialize(value, DEFAULT_FLOAT)
+            elif to.is_bool:
+                value = self.materialize(value, DEFAULT_INT)
+            else:
+                return self.materialize(value, to)
+        if value.type is None:
+            return POISON
+        if value.type == to and to.compute == to:
+            return value
+        return self.emit("cast", (value.id,), to, loc)
+
+    def materialize(self, weak: Weak, to: ScalarType) -> Strong:
+        node = weak.node
+        if isinstance(node, ast.Num):
+            return self._literal(node, to, negate=False)
+        if isinstance(node, ast.Name):
+            return self._float_const(FLOAT_CONSTANTS[node.id], to, node.loc)
+        if isinstance(node, ast.Unary):
+            if node.op == "-" and isinstance(node.operand, ast.Num):
+                return self._literal(node.operand, to, negate=True)
+            inner = self.materialize(Weak(node.operand, weak.kind), to)
+            if node.op == "+" or inner.type is None:
+                return inner
+            return self.emit("neg", (inner.id,), to, node.loc)
+        assert isinstance(node, ast.Binary)
+        if weak.kind == "int" and to.is_float:
+            # `1 / 2` is integer arithmetic, as in C, before it meets a float.
+            inner = self.materialize(weak, DEFAULT_INT)
+            return inner if inner.type is None else self.emit("cast", (inner.id,), to, node.loc)
+        left = self.materialize(Weak(node.left, weak_kind(node.left)), to)
+        right = self.materialize(Weak(node.right, weak_kind(node.right)), to)
+        if left.type is None or right.type is None:
+            return POISON
+        return self.emit(ARITH_OPS[node.op], (left.id, right.id), to, node.loc)
+
+    def _literal(self, node: ast.Num, to: ScalarType, negate: bool) -> Strong:
+        value = float(node.text) if node.is_float else parse_int(node.text)
+        value = -value if negate else value
+        if to.is_bool:
+            return self.emit("const", (), BOOL, node.loc, bool(value))
+        if to.is_int:
+            lo, hi = INT_RANGE[to]
+            if not lo <= value <= hi:
+                return self.error(node.loc, f"integer literal {value} does not fit {to} (range {lo} to {hi})")
+            return self.emit("const", (), to, node.loc, int(value))
+        return self._float_const(float(value), to, node.loc)
+
+    def _float_const(self, value: float, to: ScalarType, loc: Loc) -> Strong:
+        if to.compute != F64 and math.isfinite(value) and abs(value) > F32_MAX:
+            return self.error(loc, f"literal {value:g} is out of range for {to}")
+        return self.emit("const", (), to, loc, value)
+
+    def join(self, a: Typed, b: Typed, loc: Loc, what: str) -> ScalarType | None:
+        """The type two operands are converted to."""
+        if isinstance(a, Weak) and isinstance(b, Weak):
+            return default_type("float" if "float" in (a.kind, b.kind) else "int")
+        if isinstance(a, Weak):
+            a, b = b, a
+        if a.type is None or (isinstance(b, Strong) and b.type is None):
+            return None
+        if isinstance(b, Weak):
+            if b.kind == "float" and not a.type.is_float:
+                return DEFAULT_FLOAT
+            return DEFAULT_INT if a.type.is_bool else a.type
+        common = promote(a.type, b.type)
+        if common is None:
+            self.error(loc, f"{what}: {a.type} and {b.type} have no common type; cast one of them")
+        return common
+
+    # ---- expressions
+    def check(self, node: ast.Expr) -> Typed:
+        method = getattr(self, "_" + type(node).__name__.lower())
+        return method(node)
+
+    def _num(self, node: ast.Num) -> Typed:
+        if node.is_float:
+            if not math.isfinite(float(node.text)):
+                return self.error(node.loc, f"float literal {node.text} is out of range")
+            return Weak(node, "float")
+        if parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
+            return self.error(node.loc, f"integer literal {node.text} is too large (more than 64 bits)")
+        return Weak(node, "int")
+
+    def _name(self, node: ast.Name) -> Typed:
+        found = self.lookup(node.id, node.loc)
+        if found is not None:
+            return found
+        if node.id in FLOAT_CONSTANTS:
+            return Weak(node, "float")
+        if node.id in BOOL_CONSTANTS:
+            return self.emit("const", (), BOOL, node.loc, BOOL_CONSTANTS[node.id])
+        return self.error(node.loc, f"unknown name '{node.id}'")
+
+    def _unary(self, node: ast.Unary) -> Typed:
+        operand = self.check(node.operand)
+        if isinstance(operand, Weak):
+            if node.op == "!":
+                return self.error(node.loc, "operand of '!' must be bool, not a number")
+            return Weak(node, operand.kind)
+        if operand.type is None:
+            return POISON
+        if node.op == "!":
+            if not operand.type.is_bool:
+                return self.error(node.loc, f"operand of '!' must be bool, got {operand.type}")
+            return self.emit("not", (operand.id,), BOOL, node.loc)
+        if operand.type.is_bool:
+            return self.error(node.loc, f"unary '{node.op}' needs a number, got bool")
+        return operand if node.op == "+" else self.emit("neg", (operand.id,), operand.type, node.loc)
+
+    def _binary(self, node: ast.Binary) -> Typed:
+        left, right = self.check(node.left), self.check(node.right)
+        if node.op in LOGIC_OPS:
+            for side in (left, right):
+                if isinstance(side, Weak) or (side.type is not None and not side.type.is_bool):
+                    shown = "a number" if isinstance(side, Weak) else str(side.type)
+                    return self.error(node.loc, f"operands of '{node.op}' must be bool, got {shown}")
+            if left.type is None or right.type is None:
+                return POISON
+            return self.emit(LOGIC_OPS[node.op], (left.id, right.id), BOOL, node.loc)
+        if node.op in ARITH_OPS and isinstance(left, Weak) and isinstance(right, Weak):
+            return Weak(node, weak_kind(node))
+        what = f"operands of '{node.op}'"
+        common = self.join(left, right, node.loc, what)
+        if common is None:
+            return POISON
+        if node.op in ARITH_OPS and common.is_bool:
+            return self.error(node.loc, f"'{node.op}' on bool values; convert them with i32(...) first")
+        a, b = self.convert(left, common, node.loc, what), self.convert(right, common, node.loc, what)
+        if a.type is None or b.type is None:
+            return POISON
+        if node.op in COMPARE_OPS:
+            return self.emit(COMPARE_OPS[node.op], (a.id, b.id), BOOL, node.loc)
+        return self.emit(ARITH_OPS[node.op], (a.id, b.id), common, node.loc)
+
+    def _select(self, cond: Typed, then: Typed, other: Typed, loc: Loc, what: str) -> Strong:
+        if isinstance(cond, Weak) or (cond.type is not None and not cond.type.is_bool):
+            shown = "a number" if isinstance(cond, Weak) else str(cond.type)
+            return self.error(loc, f"condition of {what} must be bool, got {shown}")
+        common = self.join(then, other, loc, f"branches of {what}")
+        if common is None or cond.type is None:
+            return POISON
+        a = self.convert(then, common, loc, f"branches of {what}")
+        b = self.convert(other, common, loc, f"branches of {what}")
+        if a.type is None or b.type is None:
+            return POISON
+        return self.emit("select", (cond.id, a.id, b.id), common, loc)
+
+    def _ternary(self, node: ast.Ternary) -> Typed:
+        return self._select(self.check(node.cond), self.check(node.then), self.check(node.other),
+                            node.loc, "'? :'")
+
+    def _call(self, node: ast.Call) -> Typed:
+        if node.func in self.stages:
+            results = self.call_stage(node)
+            if results is None:
+                return POISON
+            if len(results) != 1:
+                return self.error(node.loc, f"stage '{node.func}' returns {len(results)} values; "
+                                            f"assign them with `a, b = {node.func}(...);`")
+            return results[0]
+        if node.func in BY_NAME:
+            if len(node.args) != 1:
+                return self.error(node.loc, f"cast {node.func}(...) takes 1 argument, got {len(node.args)}")
+            return self.cast(self.check(node.args[0]), BY_NAME[node.func], node.loc)
+        builtin = BUILTINS.get(node.func)
+        if builtin is None:
+            if self.lookup(node.func, node.loc) is not None:
+                return self.error(node.loc, f"'{node.func}' is a value, not a function")
+            return self.error(node.loc, f"unknown function '{node.func}'")
+        if len(node.args) != builtin.arity:
+            return self.error(node.loc, f"{node.func}() takes {builtin.arity} argument"
+                                        f"{'s' if builtin.arity > 1 else ''}, got {len(node.args)}")
+        args = [self.check(a) for a in node.args]
+        if builtin.rule == "select":
+            return self._select(*args, node.loc, "where()")
+        return self._builtin(node, args, builtin.rule)
+
+    def _builtin(self, node: ast.Call, args: list[Typed], rule: str) -> Strong:
+        what = f"arguments of {node.func}()"
+        common = args[0] if isinstance(args[0], Strong) else None
+        common_type = common.type if common else default_type(args[0].kind)
+        if common and common.type is None:
+            return POISON
+        for other in args[1:]:
+            common_type = self.join(Strong(0, common_type), other, node.loc, what)
+            if common_type is None:
+                return POISON
+        if rule == "float" and not common_type.is_float:
+            common_type = F32
+        elif common_type.is_bool:
+            return self.error(node.loc, f"{node.func}() needs numbers, got bool")
+        converted = [self.convert(a, common_type, node.loc, what) for a in args]
+        if any(c.type is None for c in converted):
+            return POISON
+        if rule == "round" and common_type.is_int:
+            return converted[0]
+        if rule == "class":
+            if common_type.is_int:
+                return self.emit("const", (), BOOL, node.loc, False)
+            return self.emit(node.func, (converted[0].id,), BOOL, node.loc)
+        return self.emit(node.func, tuple(c.id for c in converted), common_type, node.loc)
+
+    def call_stage(self, node: ast.Call) -> list[Strong] | None:
+        """A call of a user stage: one "call" instruction per result."""
+        stage = self.stages[node.func]
+        if len(node.args) != len(stage.params):
+            self.error(node.loc, f"stage '{stage.name}' takes {len(stage.params)} argument"
+                                 f"{'s' if len(stage.params) != 1 else ''}, got {len(node.args)}")
+            return None
+        args = []
+        for i, (arg, (pname, ptype)) in enumerate(zip(node.args, stage.params)):
+            value = self.convert(self.check(arg), ptype, arg.loc,
+                                 f"argument {i + 1} ('{pname}') of stage '{stage.name}'")
+            args.append(value)
+        if any(a.type is None for a in args):
+            return None
+        ids = tuple(a.id for a in args)
+        return [self.emit("call", ids, rtype, node.loc, (stage.name, k))
+                for k, (_, rtype) in enumerate(stage.results)]

@@ -1,0 +1,221 @@
+"""The NumPy reference interpreter: the oracle for every other backend.
+
+It runs the checked IR statement by statement, exactly as the README's
+semantics say: f16/bf16 are computed in f32 and rounded when stored, integer
+arithmetic wraps, integer division truncates (x / 0 == 0), float -> int casts
+truncate and saturate (NaN -> 0), min/max ignore a NaN operand, round is half
+to even. It shares no code with lowering, fusion or emission.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bind import bind_dims, check_scalar, concrete, numpy_dtype, split_args
+from .errors import ArgumentError
+from .ir import Apply, Body, Pipeline, Program, Repeat
+from .types import INT_RANGE, ScalarType
+
+
+def compute_dtype(t: ScalarType) -> np.dtype:
+    return numpy_dtype(t.compute)
+
+
+def _int_div(a, b):
+    """C division: truncation toward zero; x / 0 == 0; MIN / -1 wraps."""
+    safe = np.where((b == 0) | (b == -1) if np.issubdtype(b.dtype, np.signedinteger) else b == 0, 1, b)
+    q = a // safe
+    q = q + (((a % safe) != 0) & ((a < 0) != (safe < 0))).astype(q.dtype)
+    q = np.where(b == 0, 0, q)
+    if np.issubdtype(b.dtype, np.signedinteger):
+        q = np.where(b == -1, -a, q)  # -a wraps for MIN, as in two's complement
+    return q.astype(a.dtype)
+
+
+def _int_mod(a, b):
+    """C remainder (sign of the dividend); x % 0 == 0."""
+    safe = np.where(b == 0, 1, b)
+    if np.issubdtype(b.dtype, np.signedinteger):
+        safe = np.where(b == -1, 1, safe)
+    r = np.fmod(a, safe)
+    return np.where(b == 0, 0, r).astype(a.dtype)
+
+
+def _int_pow(a, b):
+    """Integer power by squaring, wrapping; a negative exponent gives 0 unless |a| == 1."""
+    a, b = np.broadcast_arrays(a, b)
+    result = np.ones_like(a)
+    base = a.copy()
+    e = b.astype(np.int64) if np.issubdtype(b.dtype, np.signedinteger) else b.astype(np.uint64)
+    neg = e < 0
+    e = np.where(neg, 0, e)
+    for _ in range(64):
+        if not np.any(e):
+            break
+        result = np.where(e & 1, result * base, result)
+        base = base * base
+        e = e >> 1
+    if np.any(neg):
+        inverse = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+        result = np.where(neg, inverse, result)
+    return result.astype(a.dtype)
+
+
+def cast(value: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
+    """Conversion of a computed value (in src's compute type) to dst, in dst's compute type."""
+    value = np.asarray(value)
+    if dst.is_bool:
+        return value != 0
+    if dst.is_int and src.is_float:
+        lo, hi = INT_RANGE[dst]
+        with np.errstate(invalid="ignore"):
+            t = np.trunc(value.astype(np.float64))
+            clipped = np.where(t <= lo, lo, np.where(t >= hi, hi, np.where(np.isnan(t), 0, t)))
+        # float64 cannot hold every i64; the bounds are exact as Python ints
+        out = np.empty(value.shape, numpy_dtype(dst))
+        out[...] = clipped if dst.bits < 64 else np.where(t >= hi, 0, clipped)
+        if dst.bits == 64:
+            out[t >= hi] = hi
+        return out
+    if dst.is_float:
+        # round through the storage type (f16/bf16), compute in f32
+        return value.astype(numpy_dtype(dst)).astype(compute_dtype(dst))
+    return value.astype(numpy_dtype(dst))
+
+
+def _erf(x):
+    return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(x.dtype)
+
+
+_FLOAT_FUNCS = {
+    "sqrt": np.sqrt, "cbrt": np.cbrt, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1,
+    "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sin": np.sin, "cos": np.cos,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "tanh": np.tanh, "erf": _erf, "floor": np.floor, "ceil": np.ceil,
+    "round": np.rint, "trunc": np.trunc, "isnan": np.isnan, "isinf": np.isinf,
+    "rsqrt": lambda x: x.dtype.type(1) / np.sqrt(x),
+    "sigmoid": lambda x: x.dtype.type(1) / (x.dtype.type(1) + np.exp(-x)),
+}
+
+
+def apply_op(op: str, t: ScalarType, args: list[np.ndarray]) -> np.ndarray:
+    """One IR operator on NumPy values of compute type `t` (the instruction's type)."""
+    is_int = np.issubdtype(args[0].dtype, np.integer) if args else False
+    if op in _FLOAT_FUNCS:
+        return _FLOAT_FUNCS[op](args[0])
+    a = args[0]
+    if op == "add":
+        return a + args[1]
+    if op == "sub":
+        return a - args[1]
+    if op == "mul":
+        return a * args[1]
+    if op == "div":
+        return _int_div(a, args[1]) if is_int else a / args[1]
+    if op == "mod":
+        return _int_mod(a, args[1]) if is_int else np.fmod(a, args[1])
+    if op == "pow":
+        return _int_pow(a, args[1]) if is_int else np.power(a, args[1])
+    if op == "neg":
+        return -a
+    if op == "abs":
+        return np.abs(a)
+    if op in ("min", "max"):
+        f = (np.fmin if op == "min" else np.fmax) if not is_int else (np.minimum if op == "min" else np.maximum)
+        return f(a, args[1])
+    if op == "clamp":
+        lo = apply_op("max", t, [a, args[1]])
+        return apply_op("min", t, [lo, args[2]])
+    if op == "atan2":
+        return np.arctan2(a, args[1])
+    if op == "fma":
+        wide = np.float64 if a.dtype != np.float64 else np.longdouble
+        return (a.astype(wide) * args[1] + args[2]).astype(a.dtype)
+    if op == "select":
+        return np.where(a, args[1], args[2])
+    if op == "not":
+        return ~a
+    if op in ("and", "or"):
+        return (a & args[1]) if op == "and" else (a | args[1])
+    compare = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+               "eq": np.equal, "ne": np.not_equal}
+    return compare[op](a, args[1])
+
+
+class Interpreter:
+    def __init__(self, program: Program):
+        self.program = program
+
+    def run(self, name: str, *args, **kwargs):
+        """Runs pipeline `name` on NumPy arrays; returns its outputs (one array or a tuple)."""
+        pipeline = self.program.pipeline(name)
+        values = split_args(pipeline, args, kwargs)
+        store: dict[str, object] = {}
+        for p, value in zip(pipeline.params, values):
+            if p.is_array:
+                if not isinstance(value, np.ndarray):
+                    raise ArgumentError(f"parameter '{p.name}': expected a NumPy array, got {type(value).__name__}")
+                if value.dtype != numpy_dtype(p.type):
+                    raise ArgumentError(f"parameter '{p.name}': expected dtype {p.type} "
+                                        f"({numpy_dtype(p.type)}), got {value.dtype}")
+                store[p.name] = value
+            else:
+                store[p.name] = np.asarray(check_scalar(p, value), compute_dtype(p.type))
+        dims = bind_dims(pipeline, {p.name: store[p.name].shape for p in pipeline.params if p.is_array})
+        for out in pipeline.outputs:
+            store[out.name] = np.empty(concrete(out.shape, dims), numpy_dtype(out.type))
+        with np.errstate(all="ignore"):
+            self._stmts(pipeline, pipeline.body, store, dims)
+        outputs = tuple(store[o.name] for o in pipeline.outputs)
+        return outputs[0] if len(outputs) == 1 else outputs if outputs else None
+
+    def _stmts(self, pipeline: Pipeline, stmts, store: dict, dims: dict) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, Repeat):
+                count = stmt.count if isinstance(stmt.count, int) else int(store[stmt.count])
+                if count < 0:
+                    raise ArgumentError(f"repeat count '{stmt.count}' is negative ({count})")
+                for _ in range(count):
+                    self._stmts(pipeline, stmt.body, store, dims)
+            else:
+                self._apply(pipeline, stmt, store, dims)
+
+    def _apply(self, pipeline: Pipeline, stmt: Apply, store: dict, dims: dict) -> None:
+        def load(name):
+            value = store[name]
+            return value.astype(compute_dtype(pipeline.slot(name).type)) if value.ndim else value
+        results = self.eval_body(stmt.body, load, [])
+        shape = concrete(stmt.shape, dims)
+        for target, value in zip(stmt.targets, results):
+            slot = pipeline.slot(target)
+            stored = np.broadcast_to(value, shape).astype(numpy_dtype(slot.type))
+            if slot.role in ("inout", "out"):
+                store[target][...] = stored  # in place, as the kernels write
+            else:
+                store[target] = stored
+
+    def eval_body(self, body: Body, load, args: list) -> list[np.ndarray]:
+        vals: list[np.ndarray] = []
+        for ins in body.instrs:
+            operands = [vals[i] for i in ins.args]
+            if ins.op == "const":
+                vals.append(np.asarray(ins.attr, compute_dtype(ins.type)))
+            elif ins.op == "load":
+                vals.append(load(ins.attr))
+            elif ins.op == "arg":
+                vals.append(args[ins.attr])
+            elif ins.op == "cast":
+                src = body.instrs[ins.args[0]].type
+                vals.append(cast(operands[0], src, ins.type))
+            elif ins.op == "call":
+                stage_name, index = ins.attr
+                stage = self.program.stage(stage_name)
+                vals.append(self.eval_body(stage.body, None, operands)[index])
+            else:
+                vals.append(np.asarray(apply_op(ins.op, ins.type, operands)))
+        return [vals[i] for i in body.results]
+
+
+def run(program: Program, name: str, *args, **kwargs):
+    return Interpreter(program).run(name, *args, **kwargs)
