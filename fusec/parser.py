@@ -25,7 +25,7 @@ MAX_TREE_DEPTH = 200
 # Friendly names for the terminals in "expected ..." messages.
 _TERMINAL_NAMES = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number", "$END": "end of file",
                    "INOUT": "'inout'"}
-_CLOSERS = {"';'", "')'", "','", "']'", "':'", "'{'"}
+_CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
 
 
 @functools.cache
@@ -87,8 +87,8 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
         found = f"'{token.value}'" if len(token.value) < 40 else f"'{token.value[:37]}...'"
     expected = {_terminal_text(name) for name in exc.expected}
     # After a complete operand every operator is "expected" too; the closer is the useful hint.
-    closers = expected & _CLOSERS
-    expected = sorted(closers or expected)
+    closers = [c for c in _CLOSERS if c in expected]
+    expected = ["';'"] if "';'" in closers else closers or sorted(expected)
     hint = f"; expected {_one_of(expected)}" if expected else ""
     return Diagnostic(loc, f"unexpected {found}{hint}")
 

@@ -85,7 +85,7 @@ def cast(value: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
 
 
 def _erf(x):
-    return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(x.dtype)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)), np.float64).astype(x.dtype)
 
 
 _FLOAT_FUNCS = {

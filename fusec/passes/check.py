@@ -26,17 +26,16 @@ def check_program(module: ast.Module, source: Source) -> Program:
         else:
             seen[decl.name] = decl
     stage_defs = {d.name: d for d in module.decls if isinstance(d, ast.StageDef) and seen[d.name] is d}
-    stages: dict[str, StageFn] = {}
+    # A stage that failed to check maps to None, so that its callers stay quiet.
+    stages: dict[str, StageFn | None] = dict.fromkeys(stage_defs)
     for name in _call_order(stage_defs, diags):
-        fn = _StageChecker(stage_defs[name], stages, diags).check()
-        if fn is not None:
-            stages[name] = fn
+        stages[name] = _StageChecker(stage_defs[name], stages, diags).check()
     pipelines = [_PipelineChecker(d, stages, diags).check()
                  for d in module.decls if isinstance(d, ast.PipelineDef)]
     if not pipelines and not diags.items:
         diags.error(Loc(1, 1), "no pipeline in this file; declare one with `pipeline NAME(...) { ... }`")
     diags.raise_if_any(source)
-    return Program(tuple(stages.values()), tuple(pipelines), source)
+    return Program(tuple(stages.values()), tuple(pipelines), source)  # no errors: no None left
 
 
 def _stage_calls(node) -> set[str]:
@@ -133,7 +132,8 @@ class _StageChecker:
                 diags.error(r.loc, f"result '{r.name}' of stage '{d.name}' is never assigned")
         if len(diags.items) > before:
             return None
-        ids = [self.exprs.convert(assigned[name], rtype, d.loc, f"result '{name}' of stage '{d.name}'").id
+        ids = [self.exprs.convert(assigned[name], rtype, d.loc, f"result '{name}' of stage '{d.name}'",
+                                  store=True).id
                for name, rtype in results.items()]
         if len(diags.items) > before:
             return None
@@ -178,6 +178,8 @@ def _assigned_values(stmt: ast.Assign, exprs: ExprChecker) -> list[Typed]:
         exprs.error(stmt.loc, f"{n} targets need a call of a stage with {n} results on the right")
         return [POISON] * n
     stage = exprs.stages[stmt.value.func]
+    if stage is None:
+        return [POISON] * n
     if len(stage.results) != n:
         exprs.error(stmt.value.loc, f"stage '{stage.name}' returns {len(stage.results)} "
                                     f"value{'s' if len(stage.results) != 1 else ''}, but there are {n} targets")
@@ -242,6 +244,7 @@ class _PipelineChecker:
         self.assigned: set[str] = set()       # outputs assigned outside any repeat
         self.assigned_in_repeat: set[str] = set()
         self.repeat_outer: list[set[str]] = []  # names visible before each enclosing repeat
+        self.poisoned: set[str] = set()  # temps whose statement failed: reading them is not a new error
 
     def check(self) -> Pipeline:
         d = self.d
@@ -277,6 +280,7 @@ class _PipelineChecker:
             if isinstance(dim.value, int) and dim.value > MAX_DIM:
                 self.diags.error(dim.loc, f"dim {dim.value} is too large")
         if scalar_type is None:
+            self.poisoned.add(p.name)
             return None
         shape = None if p.type.dims is None else tuple(dim.value for dim in p.type.dims)
         role = "out" if kind == "out" else "inout" if p.inout else "in" if shape is not None else "scalar"
@@ -286,10 +290,11 @@ class _PipelineChecker:
         return slot
 
     def _check_output_dims(self, params: list[Slot]) -> None:
-        bound = {self.dims.find(d) for p in params if p.shape for d in p.shape}
+        # By name: at call time an output's dims are read off the input arrays.
+        bound = {d for p in params if p.shape for d in p.shape}
         for out_decl in self.d.outputs:
             for dim in out_decl.type.dims or ():
-                if isinstance(dim.value, str) and self.dims.find(dim.value) not in bound:
+                if isinstance(dim.value, str) and dim.value not in bound:
                     self.diags.error(dim.loc, f"dim '{dim.value}' of output '{out_decl.name}' is not "
                                               "bound by any input array")
 
@@ -300,7 +305,18 @@ class _PipelineChecker:
             checked = self._repeat(stmt) if isinstance(stmt, ast.Repeat) else self._apply(stmt)
             if checked is not None:
                 out.append(checked)
+            elif isinstance(stmt, ast.Assign):
+                self._poison_targets(stmt)
         return out
+
+    def _poison_targets(self, stmt: ast.Assign) -> None:
+        """After a failed statement its targets count as assigned, so errors do not cascade."""
+        for target in stmt.targets:
+            slot = self.current.get(target.id)
+            if slot is not None and slot.role in ("inout", "out"):
+                (self.assigned_in_repeat if self.repeat_outer else self.assigned).add(slot.name)
+            elif slot is None or slot.role == "temp":
+                self.poisoned.add(target.id)
 
     def _repeat(self, stmt: ast.Repeat) -> Repeat | None:
         count: int | str | None = None
@@ -325,6 +341,8 @@ class _PipelineChecker:
 
         def lookup(name: str, loc: Loc) -> Strong | None:
             slot = self.current.get(name)
+            if name in self.poisoned:
+                return POISON
             if slot is None:
                 return None
             if slot.role == "out" and name not in self.assigned | self.assigned_in_repeat:
@@ -343,7 +361,7 @@ class _PipelineChecker:
         if targets is None:
             return None
         shape = targets[0].shape
-        results = [exprs.convert(v, t.type, stmt.loc, f"assignment to '{n.id}'").id
+        results = [exprs.convert(v, t.type, stmt.loc, f"assignment to '{n.id}'", store=True).id
                    for v, t, n in zip(values, targets, stmt.targets)]
         if len(self.diags.items) > before:
             return None
@@ -386,6 +404,7 @@ class _PipelineChecker:
         return None if any(s is None for s in out) else out
 
     def _bind_target(self, target: ast.Name, value: Typed, shape: Shape) -> Slot | None:
+        self.poisoned.discard(target.id)
         slot = self.current.get(target.id)
         in_repeat = bool(self.repeat_outer)
         if slot is not None and slot.role in ("inout", "out"):

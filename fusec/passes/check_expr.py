@@ -66,7 +66,7 @@ class ExprChecker:
     """
 
     def __init__(self, builder: BodyBuilder, diags: Diagnostics,
-                 lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn]):
+                 lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn | None]):
         self.b = builder
         self.diags = diags
         self.lookup = lookup
@@ -87,8 +87,9 @@ class ExprChecker:
         return value
 
     # ---- conversions
-    def convert(self, value: Typed, to: ScalarType, loc: Loc, what: str) -> Strong:
-        """Implicit conversion (assignment, stage argument, operand promotion)."""
+    def convert(self, value: Typed, to: ScalarType, loc: Loc, what: str, store: bool = False) -> Strong:
+        """Implicit conversion: operand promotion, or (store=True) an assignment,
+        stage argument or stage result, which also rounds an f16/bf16 value."""
         if isinstance(value, Weak):
             if value.kind == "float" and not to.is_float:
                 return self.error(loc, f"{what}: a float literal cannot be used as {to}; write {to}(...)")
@@ -96,7 +97,7 @@ class ExprChecker:
         if value.type is None:
             return POISON
         if value.type == to:
-            if to.compute != to and self.b.instrs[value.id].op not in _EXACT_OPS:
+            if store and to.compute != to and self.b.instrs[value.id].op not in _EXACT_OPS:
                 return self.emit("cast", (value.id,), to, loc)  # round to f16/bf16
             return value
         if not can_convert(value.type, to):
@@ -260,6 +261,8 @@ class ExprChecker:
 
     def _call(self, node: ast.Call) -> Typed:
         if node.func in self.stages:
+            if self.stages[node.func] is None:  # it failed to check; already reported
+                return POISON
             results = self.call_stage(node)
             if results is None:
                 return POISON
@@ -319,7 +322,7 @@ class ExprChecker:
         args = []
         for i, (arg, (pname, ptype)) in enumerate(zip(node.args, stage.params)):
             value = self.convert(self.check(arg), ptype, arg.loc,
-                                 f"argument {i + 1} ('{pname}') of stage '{stage.name}'")
+                                 f"argument {i + 1} ('{pname}') of stage '{stage.name}'", store=True)
             args.append(value)
         if any(a.type is None for a in args):
             return None
