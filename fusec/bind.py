@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from .errors import ArgumentError
-from .ir import Pipeline, Shape, Slot
+from .ir import Pipeline, Shape, Slot, fmt_shape
 from .types import INT_RANGE, ScalarType
 
 
@@ -55,11 +55,11 @@ def bind_dims(pipeline: Pipeline, shapes: dict[str, tuple[int, ...]]) -> dict[st
         shape = tuple(shapes[p.name])
         if len(shape) != len(p.shape):
             raise ArgumentError(f"parameter '{p.name}': expected {len(p.shape)} dim{'s' if len(p.shape) != 1 else ''} "
-                                f"{fmt(p.shape)}, got shape {shape}")
+                                f"{fmt_shape(p.shape)}, got shape {shape}")
         for decl, size in zip(p.shape, shape):
             if isinstance(decl, int):
                 if size != decl:
-                    raise ArgumentError(f"parameter '{p.name}': expected shape {fmt(p.shape)}, got {shape}")
+                    raise ArgumentError(f"parameter '{p.name}': expected shape {fmt_shape(p.shape)}, got {shape}")
             elif decl in dims and dims[decl] != size:
                 raise ArgumentError(f"parameter '{p.name}': dim '{decl}' is {size} here but {dims[decl]} "
                                     f"from parameter '{source[decl]}'")
@@ -82,8 +82,6 @@ def concrete(shape: Shape, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(size_of(d, dims) for d in shape)
 
 
-def fmt(shape: Shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def check_scalar(p: Slot, value) -> object:

@@ -134,6 +134,10 @@ class Program:
         return next(p for p in self.pipelines if p.name == name)
 
 
+def fmt_shape(shape: Shape | None) -> str:
+    return "scalar" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
+
+
 def walk_applies(stmts: tuple[Stmt, ...]):
     """Every Apply, depth first, in program order."""
     for stmt in stmts:

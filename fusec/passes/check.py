@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .. import ast
 from ..errors import Diagnostics, FzError, Loc, Source
-from ..ir import Apply, BodyBuilder, Dim, DimEq, Instr, Pipeline, Program, Repeat, Shape, Slot, StageFn, Stmt
+from ..ir import (Apply, BodyBuilder, Dim, DimEq, Instr, Pipeline, Program, Repeat, Shape, Slot, StageFn, Stmt,
+                  fmt_shape)
 from ..types import BY_NAME, ScalarType
 from .check_expr import POISON, ExprChecker, Strong, Typed, Weak, default_type
 
@@ -225,10 +226,6 @@ class _Dims:
                     return None
             out.append(self.find(real[0]) if real else 1)
         return tuple(reversed(out))
-
-
-def fmt_shape(shape: Shape | None) -> str:
-    return "scalar" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def fmt_slot(slot: Slot) -> str:

@@ -1,0 +1,42 @@
+"""The compiler driver: the passes, listed once, in order.
+
+    checked IR --lower--> StageGraph --fuse--> Partition --plan--> ModulePlan --emit--> CUDA C
+
+`compile_pipeline` runs them all and keeps every stage's output, so that
+`fusec compile --emit ir|report|cuda` can show any of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .codegen.emit import emit_module
+from .ir import Program
+from .passes.fusion import DEFAULT_MAX_REGS, FusionOptions, Partition, fuse
+from .passes.lower import lower
+from .passes.plan import plan_module
+from .plan import ModulePlan, StageGraph
+
+
+@dataclass(frozen=True, slots=True)
+class CompileOptions:
+    fuse: bool = True
+    max_regs: int = DEFAULT_MAX_REGS
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One pipeline, compiled: every stage's output."""
+
+    program: Program
+    graph: StageGraph
+    partition: Partition
+    plan: ModulePlan
+    cuda: str
+
+
+def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
+    graph = lower(program, program.pipeline(name))
+    partition = fuse(graph, FusionOptions(fuse=options.fuse, max_regs=options.max_regs))
+    plan = plan_module(graph, partition, fused=options.fuse, max_regs=options.max_regs)
+    cuda = emit_module(plan, program.source.name)
+    return Compiled(program, graph, partition, plan, cuda)

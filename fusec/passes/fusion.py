@@ -1,0 +1,117 @@
+"""The fusion pass: partitions a stage graph into kernels.
+
+Each stage, in program order, joins the latest kernel it may join:
+ - the kernel's iteration space must equal the stage's (every value then
+   flows between stages at the same index, i.e. within one thread);
+ - joining a kernel before the last one moves the stage up past the kernels
+   in between, so it must not read what they produce nor write a buffer they
+   read or write;
+ - the merged kernel's register estimate must stay within the budget.
+Values that only stages of the same kernel read stay in registers; a value
+read by another kernel, or a pipeline result, is still stored. Every choice
+is recorded as a `Decision` for the report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import fmt_shape
+from ..plan import Decision, Stage, StageGraph
+from .kernel import build_kernel
+
+# Register budget per thread. An H100/H200 SM has 65,536 32-bit registers and
+# runs at most 2,048 threads; a memory-bound kernel keeps enough loads in flight
+# at half occupancy (1,024 threads), which leaves 65,536 / 1,024 = 64 registers.
+DEFAULT_MAX_REGS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class FusionOptions:
+    fuse: bool = True
+    max_regs: int = DEFAULT_MAX_REGS
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    groups: tuple[tuple[int, ...], ...]   # stage indices per kernel, in launch order
+    stored: tuple[frozenset[str], ...]    # values each kernel writes to memory
+    decisions: tuple[Decision, ...]
+
+
+def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partition:
+    stages = graph.stages
+    if not options.fuse:
+        groups = [[i] for i in range(len(stages))]
+        decisions = [Decision(s.name, i, False, "unfused form: one kernel per stage") for i, s in enumerate(stages)]
+        return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions))
+
+    producer = {v: i for i, s in enumerate(stages) for v in s.outputs}
+    groups: list[list[int]] = []
+    decisions: list[Decision] = []
+    for i, stage in enumerate(stages):
+        refusals: list[str] = []
+        joined = None
+        for k in range(len(groups) - 1, -1, -1):
+            members = [stages[j] for j in groups[k]]
+            if members[0].shape != stage.shape:
+                refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
+                                f"{fmt_shape(members[0].shape)}")
+            else:
+                candidate = build_kernel(graph, members + [stage], _stored(graph, groups[k] + [i]))
+                if candidate.est_regs > options.max_regs:
+                    refusals.append(f"not fused with k{k}: estimated {candidate.est_regs} registers "
+                                    f"> budget {options.max_regs}")
+                    break
+                joined = k
+                decisions.append(Decision(stage.name, k, True,
+                                          f"fused into k{k} ({_relation(stage, members, producer, stages)})"))
+                break
+            conflict = _conflict(graph, stage, members)
+            if conflict:
+                refusals.append(f"cannot move before k{k}: {conflict}")
+                break
+        if joined is None:
+            groups.append([i])
+            reason = "; ".join(refusals) if refusals else "first stage"
+            decisions.append(Decision(stage.name, len(groups) - 1, False, f"starts k{len(groups) - 1} ({reason})"))
+        else:
+            groups[joined].append(i)
+            decisions.extend(Decision(stage.name, joined, False, r) for r in refusals)
+    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, g) for g in groups), tuple(decisions))
+
+
+def _stored(graph: StageGraph, group: list[int]) -> frozenset[str]:
+    """Values produced in the group that must reach memory."""
+    inside = set(group)
+    readers: dict[str, set[int]] = {}
+    for j, s in enumerate(graph.stages):
+        for v in s.reads():
+            readers.setdefault(v, set()).add(j)
+    produced = [v for j in group for v in graph.stages[j].outputs]
+    return frozenset(v for v in produced if v in graph.results or readers.get(v, set()) - inside)
+
+
+def _relation(stage: Stage, members: list[Stage], producer: dict[str, int], stages) -> str:
+    made_here = {v: s for s in members for v in s.outputs}
+    for v in sorted(stage.reads()):
+        if v in made_here:
+            return f"vertical: reads {v} from {made_here[v].name}"
+    for v in sorted(stage.reads()):
+        for s in members:
+            if v in s.reads() and v not in producer:
+                return f"sibling: shares input {v} with {s.name}"
+    return "horizontal: same iteration space, no shared data"
+
+
+def _conflict(graph: StageGraph, stage: Stage, members: list[Stage]) -> str:
+    """Why `stage` cannot be moved before these stages, or ''."""
+    written = {v: s for s in members for v in s.outputs}
+    for v in sorted(stage.reads()):
+        if v in written:
+            return f"reads {v}, which {written[v].name} produces"
+    its_buffers = {graph.value(v).buffer for v in stage.outputs}
+    for s in members:
+        touched = {graph.value(v).buffer for v in s.reads() | set(s.outputs)}
+        for buf in sorted(its_buffers & touched):
+            return f"writes {buf}, which {s.name} also uses"
+    return ""

@@ -1,0 +1,94 @@
+"""Building one kernel from a run of stages: merged body, accesses, estimate.
+
+Used by the fusion pass to price a candidate merge and by the plan pass to
+build the final kernels, so that the estimate the fusion pass acts on is the
+estimate of the kernel that is emitted.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import Body, BodyBuilder, Dim, Instr, Shape
+from ..plan import Access, Kernel, Stage, StageGraph
+from .regs import estimate_registers
+
+
+def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "") -> Kernel:
+    shape = stages[0].shape
+    produced_here = {v for s in stages for v in s.outputs}
+    b = BodyBuilder()
+    # Every load first, in order of first use: all of them in flight before any math.
+    loaded: dict[str, int] = {}
+    for stage in stages:
+        for ins in stage.body.instrs:
+            if ins.op == "load" and ins.attr not in produced_here and ins.attr not in loaded:
+                loaded[ins.attr] = b.emit(ins)
+    value_ids: dict[str, int] = dict(loaded)
+    for stage in stages:
+        ids: list[int] = []
+        for ins in stage.body.instrs:
+            if ins.op == "load":
+                ids.append(value_ids[ins.attr])
+            else:
+                ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
+        for out, result in zip(stage.outputs, stage.body.results):
+            value_ids[out] = ids[result]
+    stores = [(out, value_ids[out]) for stage in stages for out in stage.outputs if out in stored]
+    body, remap = _live_only(b.build([]), [i for _, i in stores])
+    stores = [(v, remap[i]) for v, i in stores]
+    loaded = {v: remap[i] for v, i in loaded.items() if i in remap}
+
+    array_loads = [v for v in loaded if graph.value(v).shape is not None]
+    operand_shapes = [graph.value(v).shape for v in array_loads] + [shape for _ in stores]
+    extents, presence = collapse(shape, operand_shapes)
+    loads = tuple(_access(graph, v, p) for v, p in zip(array_loads, presence))
+    store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
+    scalars = tuple(v for v in loaded if graph.value(v).shape is None)
+    scalar_ids = {loaded[v] for v in scalars}
+    broadcast = sum(1 for a in loads if not a.contiguous and any(a.present))
+    buffers = len({a.buffer for a in loads} | {a.buffer for a, _ in store_access})
+    est = estimate_registers(body, [i for _, i in stores], scalar_ids, broadcast, buffers)
+    return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
+                  scalars, est)
+
+
+def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
+    """Drops instructions no store depends on (a dead temporary); returns old -> new ids."""
+    live = set(roots)
+    for idx in range(len(body.instrs) - 1, -1, -1):
+        if idx in live:
+            live.update(body.instrs[idx].args)
+    remap: dict[int, int] = {}
+    kept = []
+    for idx, ins in enumerate(body.instrs):
+        if idx in live:
+            remap[idx] = len(kept)
+            kept.append(replace(ins, args=tuple(remap[a] for a in ins.args)))
+    return Body(tuple(kept), ()), remap
+
+
+def _access(graph: StageGraph, value: str, present: tuple[bool, ...]) -> Access:
+    v = graph.value(value)
+    return Access(v.name, v.buffer, v.type, present)
+
+
+def collapse(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:
+    """Merges adjacent dims of the iteration space along which every operand
+    varies alike; returns the collapsed extents and, per operand, along which
+    of them it varies (a broadcast operand does not)."""
+    rank = len(shape)
+    columns = []
+    for op_shape in operands:
+        offset = rank - len(op_shape)
+        columns.append([j >= offset and op_shape[j - offset] != 1 for j in range(rank)])
+    groups: list[list[int]] = []
+    for j in range(rank):
+        if shape[j] == 1:
+            continue  # a literal 1 in the iteration space takes no part
+        if groups and all(col[j] == col[groups[-1][-1]] for col in columns):
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    extents = tuple(tuple(shape[j] for j in g) for g in groups)
+    presence = [tuple(col[g[0]] for g in groups) for col in columns]
+    return extents, presence

@@ -1,0 +1,75 @@
+"""Lowering: a checked pipeline -> a `StageGraph`.
+
+Each statement becomes one stage whose body has every stage call inlined
+(locals and multi-output stages stay shared subexpressions: identical
+instructions are one), and whose loads name SSA versions of the slots.
+"""
+from __future__ import annotations
+
+from ..errors import Diagnostic, FzError
+from ..ir import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat
+from ..plan import Stage, StageGraph, Value
+
+
+def lower(program: Program, pipeline: Pipeline) -> StageGraph:
+    values: list[Value] = []
+    current: dict[str, str] = {}  # slot -> its current version
+
+    def new_version(slot_name: str) -> str:
+        slot = pipeline.slot(slot_name)
+        count = sum(1 for v in values if v.buffer == slot_name)
+        name = slot_name if count == 0 else f"{slot_name}.{count}"
+        values.append(Value(name, slot_name, slot.type, slot.shape, slot.role))
+        current[slot_name] = name
+        return name
+
+    for param in pipeline.params:
+        new_version(param.name)
+
+    stages: list[Stage] = []
+    names: dict[str, int] = {}
+    for stmt in pipeline.body:
+        if isinstance(stmt, Repeat):
+            raise FzError(Diagnostic(stmt.loc, "code generation for 'repeat' is not implemented yet; "
+                                               "run this pipeline with backend='numpy'"), program.source)
+        body = inline(program, stmt.body, {s: current[s] for s in current})
+        outputs = tuple(new_version(t) for t in stmt.targets)
+        stages.append(Stage(_stage_name(stmt, names), stmt.shape, body, outputs, loc=stmt.loc))
+
+    # What must reach memory: each output's last version, and each inout's if it was assigned.
+    results = tuple(current[s.name] for s in pipeline.slots
+                    if (s.role == "out" and s.name in current) or (s.role == "inout" and current[s.name] != s.name))
+    return StageGraph(pipeline.name, tuple(values), tuple(stages), results)
+
+
+def _stage_name(stmt: Apply, taken: dict[str, int]) -> str:
+    """The callee's name, or the first target's for an inline expression; made unique."""
+    base = stmt.callee or stmt.targets[0].split(".")[0]
+    taken[base] = taken.get(base, 0) + 1
+    return base if taken[base] == 1 else f"{base}_{taken[base]}"
+
+
+def inline(program: Program, body: Body, versions: dict[str, str]) -> Body:
+    """Inlines every "call" and renames each load to the slot's current version."""
+    b = BodyBuilder()
+    ids = _inline_into(b, program, body, versions, [])
+    return b.build([ids[r] for r in body.results])
+
+
+def _inline_into(b: BodyBuilder, program: Program, body: Body, versions: dict[str, str] | None,
+                 args: list[int]) -> list[int]:
+    ids: list[int] = []
+    for ins in body.instrs:
+        operands = tuple(ids[a] for a in ins.args)
+        if ins.op == "arg":
+            ids.append(args[ins.attr])
+        elif ins.op == "call":
+            stage_name, index = ins.attr
+            callee = program.stage(stage_name).body
+            inner = _inline_into(b, program, callee, None, list(operands))
+            ids.append(inner[callee.results[index]])
+        elif ins.op == "load":
+            ids.append(b.emit(Instr("load", (), ins.type, versions[ins.attr], loc=ins.loc)))
+        else:
+            ids.append(b.emit(Instr(ins.op, operands, ins.type, ins.attr, loc=ins.loc)))
+    return ids

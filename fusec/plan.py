@@ -1,0 +1,153 @@
+"""The middle of the compiler: the stage graph, and the kernel plan built from it.
+
+`StageGraph` (from `passes.lower`): one `Stage` per pipeline statement, over
+SSA `Value`s, each stage body inlined into one instruction list whose "load"s
+name values. `ModulePlan` (from `passes.plan`): the kernels to emit, each with
+the values it loads and stores, and the buffers and launches a runtime needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Loc, loc_field
+from .ir import Body, Dim, Shape
+from .types import ScalarType
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """One SSA version of a pipeline slot. `shape` is None for a scalar."""
+
+    name: str       # unique: "h", "h.1", ...
+    buffer: str     # the slot whose memory holds it
+    type: ScalarType
+    shape: Shape | None
+    role: str       # the slot's role: "in", "inout", "out", "temp", "scalar"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    shape: Shape                  # iteration space
+    body: Body                    # no "call"; "load" attr names a Value
+    outputs: tuple[str, ...]      # the Value each body result is stored as
+    loc: Loc = loc_field()
+
+    def reads(self) -> set[str]:
+        return {i.attr for i in self.body.instrs if i.op == "load"}
+
+
+@dataclass(frozen=True, slots=True)
+class StageGraph:
+    pipeline: str
+    values: tuple[Value, ...]
+    stages: tuple[Stage, ...]
+    results: tuple[str, ...]      # values that must reach memory: final versions of inout/out slots
+
+    def value(self, name: str) -> Value:
+        return _by_name(self.values, name)
+
+
+def _by_name(items, name):
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Why a stage joined a kernel, or why it did not join a candidate."""
+
+    stage: str
+    kernel: int
+    merged: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A load or store of one value by a kernel.
+
+    `present` has one flag per collapsed dim of the kernel's iteration space:
+    whether the value varies along it (False: broadcast along that dim).
+    """
+
+    value: str
+    buffer: str
+    type: ScalarType
+    present: tuple[bool, ...]
+
+    @property
+    def contiguous(self) -> bool:
+        return all(self.present)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    name: str
+    stages: tuple[str, ...]
+    shape: Shape                          # iteration space
+    extents: tuple[tuple[Dim, ...], ...]  # collapsed dims, each a product of dims
+    body: Body                            # loads first, then computation
+    loads: tuple[Access, ...]
+    stores: tuple[tuple[Access, int], ...]  # (where, body instruction stored)
+    scalars: tuple[str, ...]              # scalar values read (by name)
+    est_regs: int
+    decisions: tuple[Decision, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """Memory a launch touches: a parameter, an output, or a temporary the plan allocates."""
+
+    name: str
+    type: ScalarType
+    shape: Shape
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModulePlan:
+    pipeline: str
+    fused: bool
+    kernels: tuple[Kernel, ...]
+    buffers: tuple[Buffer, ...]   # every array buffer any kernel touches
+    max_regs: int
+
+    def buffer(self, name: str) -> Buffer:
+        return _by_name(self.buffers, name)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelParam:
+    """One parameter of an emitted kernel, in order: how the runtime fills it.
+
+    kind: "array" (key = buffer), "scalar" (key = value name), "numel" (the
+    number of elements of the iteration space), "extent" (key = index of a
+    collapsed dim).
+    """
+
+    kind: str
+    key: str | int
+    type: ScalarType | None = None
+    written: bool = False
+
+
+def kernel_params(kernel: Kernel) -> list[KernelParam]:
+    params: dict[str, KernelParam] = {}
+    written = {a.buffer for a, _ in kernel.stores}
+    for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
+        params.setdefault(access.buffer, KernelParam("array", access.buffer, access.type, access.buffer in written))
+    out = list(params.values())
+    types = {ins.attr: ins.type for ins in kernel.body.instrs if ins.op == "load"}
+    out += [KernelParam("scalar", name, types[name]) for name in kernel.scalars]
+    out.append(KernelParam("numel", "n"))
+    if needs_coordinates(kernel):
+        out += [KernelParam("extent", j) for j in range(1, len(kernel.extents))]
+    return out
+
+
+def needs_coordinates(kernel: Kernel) -> bool:
+    """Whether some operand is read along only some dims (a broadcast needing index arithmetic)."""
+    return any(any(a.present) and not all(a.present) for a in kernel.loads)
