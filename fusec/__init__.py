@@ -3,3 +3,7 @@ from .errors import ArgumentError, FzError
 
 __version__ = "0.1.0"
 __all__ = ["ArgumentError", "FzError", "__version__"]
+
+from .jit import jit  # noqa: E402
+
+__all__ += ["jit"]

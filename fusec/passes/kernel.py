@@ -45,9 +45,9 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
     scalar_ids = {loaded[v] for v in scalars}
-    broadcast = sum(1 for a in loads if not a.contiguous and any(a.present))
-    buffers = len({a.buffer for a in loads} | {a.buffer for a, _ in store_access})
-    est = estimate_registers(body, [i for _, i in stores], scalar_ids, broadcast, buffers)
+    broadcast = [a for a in loads if not a.contiguous and any(a.present)]
+    coordinates = len({j for a in broadcast for j, p in enumerate(a.present) if p})
+    est = estimate_registers(body, [i for _, i in stores], scalar_ids, len(loads), len(broadcast), coordinates)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
                   scalars, est)
 

@@ -14,10 +14,15 @@ from ..ir import Body, Instr
 
 # The 64-bit index, its bound check and the first address: what a copy kernel needs.
 BASE_REGS = 6
-# Each further array keeps its own 64-bit address.
-ADDRESS_REGS = 2
-# A broadcast operand's coordinates come from 64-bit division and remainder.
-BROADCAST_INDEX_REGS = 4
+# Each stored array keeps a 64-bit address to the end of the kernel...
+STORE_ADDRESS_REGS = 2
+# ...and loads beyond the second keep some address arithmetic live too.
+EXTRA_LOAD_REGS = 1
+# A broadcast operand is indexed by coordinates from 64-bit division and
+# remainder: each coordinate, and each broadcast operand's offset, is 64-bit.
+INDEX_SETUP_REGS = 2
+COORDINATE_REGS = 2
+OFFSET_REGS = 2
 # Scratch registers that libdevice's expansion of a function keeps live (non-fast-math).
 SCRATCH = {
     "exp": 2, "exp2": 1, "expm1": 4, "log": 3, "log2": 2, "log10": 3, "log1p": 4, "sqrt": 2, "rsqrt": 1,
@@ -34,8 +39,8 @@ def _width(ins: Instr) -> int:
     return ins.type.regs
 
 
-def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], broadcast_loads: int,
-                       buffers: int) -> int:
+def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], array_loads: int,
+                       broadcast_loads: int = 0, coordinates: int = 0) -> int:
     """Peak live registers of `body` in order; `stored` instructions stay live to the end."""
     end = len(body.instrs)
     last_use = {i: -1 for i in range(end)}
@@ -57,5 +62,8 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], br
                 live -= 0 if a in scalar_loads else _width(body.instrs[a])
         if last_use[idx] == -1:  # dead: freed at once
             live -= width
-    extra = BROADCAST_INDEX_REGS if broadcast_loads else 0
-    return BASE_REGS + ADDRESS_REGS * max(0, buffers - 1) + extra + peak
+    extra = 0
+    if broadcast_loads:
+        extra = INDEX_SETUP_REGS + COORDINATE_REGS * coordinates + OFFSET_REGS * (broadcast_loads - 1)
+    addresses = STORE_ADDRESS_REGS * len(stored) + EXTRA_LOAD_REGS * max(0, array_loads - 2)
+    return BASE_REGS + addresses + extra + peak

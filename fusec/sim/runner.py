@@ -116,12 +116,12 @@ def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
     expected = numpy_dtype(param.type)
     if value.dtype != expected:
         raise ArgumentError(f"parameter '{param.name}': expected dtype {param.type} ({expected}), got {value.dtype}")
-    if not value.flags.c_contiguous:
-        raise ArgumentError(f"parameter '{param.name}': the array is not C-contiguous (strides {value.strides}); "
-                            "pass np.ascontiguousarray(...)")
     if param.role == "inout" and not value.flags.writeable:
         raise ArgumentError(f"parameter '{param.name}' is inout, but the array is read-only "
                             "(a broadcast view or a read-only buffer)")
+    if not value.flags.c_contiguous:
+        raise ArgumentError(f"parameter '{param.name}': the array is not C-contiguous (strides {value.strides}); "
+                            "pass np.ascontiguousarray(...)")
     return value
 
 

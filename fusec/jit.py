@@ -1,0 +1,135 @@
+"""`fusec.jit`: pipelines as Python callables.
+
+    f = fusec.jit("examples/scale_bias_relu.fz")     # a path, or .fz source text
+    y = f(x, 1.5, -0.25)
+
+A file with one pipeline gives that pipeline; with several, a module with one
+attribute per pipeline (or the one named by `pipeline=`). Backends: "cuda"
+(CuPy), "sim" (emitted CUDA C run on the CPU), "numpy" (the reference), or
+"auto": cuda where a device is present, else numpy with one warning.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+from .compiler import CompileOptions, Compiled, compile_pipeline
+from .frontend import load
+from .ir import Program
+from .passes.fusion import DEFAULT_MAX_REGS
+
+BACKENDS = ("auto", "cuda", "sim", "numpy")
+_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline")
+
+
+def jit(x=None, /, **options):
+    """Compile a .fz file, .fz source, or (as a decorator) a Python function."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"fusec.jit() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                        f"(options: {', '.join(_OPTIONS)})")
+    if x is None:
+        return lambda fn: jit(fn, **options)
+    if callable(x):
+        from .trace import TracedFunction
+        return TracedFunction(x, **options)
+    if not isinstance(x, str):
+        raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(x).__name__}")
+    program = load(x)
+    name = options.pop("pipeline", None)
+    names = [p.name for p in program.pipelines]
+    if name is not None:
+        if name not in names:
+            raise ValueError(f"no pipeline named {name!r} (pipelines: {', '.join(names)})")
+        return Pipeline(program, name, **options)
+    if len(names) == 1:
+        return Pipeline(program, names[0], **options)
+    return Module(program, **options)
+
+
+class Module:
+    """A .fz file with several pipelines: one attribute each."""
+
+    def __init__(self, program: Program, **options):
+        self.program = program
+        for p in program.pipelines:
+            setattr(self, p.name, Pipeline(program, p.name, **options))
+
+    def __repr__(self) -> str:
+        return f"<fusec module: {', '.join(p.name for p in self.program.pipelines)}>"
+
+
+class Pipeline:
+    """One compiled pipeline. Call it with its parameters in declaration order
+    (or by name); it returns its outputs and updates `inout` arrays in place."""
+
+    def __init__(self, program: Program, name: str, *, fuse: bool = True, backend: str = "auto",
+                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        self.program, self.name = program, name
+        self.fuse, self.max_regs, self.arch = bool(fuse), max_regs, arch
+        self.backend = _resolve_backend(backend)
+
+    def __repr__(self) -> str:
+        form = "fused" if self.fuse else "unfused"
+        return f"<fusec pipeline {self.name} ({form}, {self.backend})>"
+
+    @functools.cached_property
+    def compiled(self) -> Compiled:
+        return compile_pipeline(self.program, self.name, CompileOptions(fuse=self.fuse, max_regs=self.max_regs))
+
+    @functools.cached_property
+    def unfused(self) -> "Pipeline":
+        """The same pipeline, one kernel per stage."""
+        if not self.fuse:
+            return self
+        return Pipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
+                        arch=self.arch)
+
+    @property
+    def cuda_source(self) -> str:
+        return self.compiled.cuda
+
+    def report(self) -> list[dict]:
+        from .report import report
+        rows = report(self.compiled)
+        runner = self.__dict__.get("_runner")
+        if runner is not None and hasattr(runner, "attributes"):
+            for row in rows:
+                row.update(runner.attributes(row["name"]))
+        return rows
+
+    @functools.cached_property
+    def _runner(self):
+        if self.backend == "numpy":
+            from .reference import Interpreter
+            return functools.partial(Interpreter(self.program).run, self.name)
+        from .runtime.executor import Executor
+        if self.backend == "sim":
+            from .sim.runner import SimBackend
+            return Executor(self.compiled, SimBackend(self.compiled))
+        from .runtime.cuda import CudaBackend
+        return Executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
+
+    def __call__(self, *args, **kwargs):
+        return self._runner(*args, **kwargs)
+
+
+@functools.cache
+def _device_present() -> bool:
+    try:
+        import cupy
+        return bool(cupy.cuda.is_available())
+    except Exception:  # no CuPy, or no driver: not a device
+        return False
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    if _device_present():
+        return "cuda"
+    warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
+                  RuntimeWarning, stacklevel=4)
+    return "numpy"

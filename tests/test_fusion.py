@@ -1,0 +1,121 @@
+"""Kernel counts and fusion decisions: what fuses, what must not, and why."""
+import json
+
+import pytest
+
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.ir import walk_applies
+
+from helpers import ROOT, load_program, pipelines
+
+PIPELINES = pipelines()
+
+
+def compiled(path, name=None, **options):
+    program = load_program(ROOT / path)
+    return compile_pipeline(program, name or program.pipelines[0].name, CompileOptions(**options))
+
+
+@pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
+def test_unfused_form_has_one_kernel_per_statement(ident, program, name):
+    c = compile_pipeline(program, name, CompileOptions(fuse=False))
+    assert len(c.plan.kernels) == len(list(walk_applies(program.pipeline(name).body)))
+    assert all(len(k.stages) == 1 for k in c.plan.kernels)
+
+
+def test_seed_chain_fuses_to_one_kernel_keeping_intermediates_in_registers():
+    c = compiled("examples/scale_bias_relu.fz")
+    (kernel,) = c.plan.kernels
+    assert kernel.stages == ("scale", "bias", "relu")
+    assert [a.buffer for a in kernel.loads] == ["x"] and [a.buffer for a, _ in kernel.stores] == ["y"]
+    assert " t[" not in c.cuda and " u[" not in c.cuda and "float* __restrict__ t" not in c.cuda
+
+
+def test_every_example_fuses_to_one_kernel():
+    for path in sorted((ROOT / "examples").glob("*.fz")):
+        c = compiled(path.relative_to(ROOT))
+        assert len(c.plan.kernels) == 1, path.name
+
+
+def test_different_iteration_spaces_do_not_fuse():
+    c = compiled("tests/programs/shapes.fz", "colscale")
+    assert [k.stages for k in c.plan.kernels] == [("w2",), ("y",)]
+    assert "iteration space [rows, cols] differs from [cols]" in c.plan.kernels[1].decisions[0].reason
+    # w2 crosses kernels, so it is written by one and read (broadcast) by the other.
+    assert [a.buffer for a, _ in c.plan.kernels[0].stores] == ["w2"]
+    assert not c.plan.kernels[1].loads[1].contiguous
+
+
+def test_sibling_stages_fuse_across_an_independent_kernel():
+    c = compiled("tests/programs/shapes.fz", "siblings")
+    assert [k.stages for k in c.plan.kernels] == [("p", "r"), ("q",)]
+    assert any("sibling: shares input a" in d.reason for d in c.plan.kernels[0].decisions)
+
+
+def test_intermediate_used_by_another_kernel_is_still_written():
+    c = compiled("tests/programs/shapes.fz", "reassign")
+    (kernel,) = c.plan.kernels
+    # t, t.1 and h.1 stay in registers; the outputs y and the last h are written.
+    assert sorted(a.value for a, _ in kernel.stores) == ["h.2", "y"]
+
+
+def test_dead_temporary_is_not_computed_when_fused():
+    c = compiled("tests/programs/shapes.fz", "dead_temp")
+    assert "expf" not in c.cuda
+    assert "expf" in compiled("tests/programs/shapes.fz", "dead_temp", fuse=False).cuda
+
+
+def test_register_budget_splits_a_chain():
+    c = compiled("examples/transcendental_chain.fz", max_regs=16)
+    assert len(c.plan.kernels) > 1
+    refusals = [d.reason for k in c.plan.kernels for d in k.decisions if "budget 16" in d.reason]
+    assert refusals and all("registers > budget 16" in r for r in refusals)
+    for kernel in c.plan.kernels:
+        assert kernel.est_regs <= 16 or len(kernel.stages) == 1
+
+
+def test_unfused_and_fused_kernel_names_are_deterministic():
+    a = compiled("examples/dag.fz").cuda
+    assert a == compiled("examples/dag.fz").cuda
+    assert "extern \"C\" __global__ void dag_k0(" in a
+    assert "dag_k1_sum_sq" in compiled("examples/dag.fz", fuse=False).cuda
+
+
+def test_names_that_collide_with_c_words_are_mangled():
+    cuda = compiled("tests/programs/collisions.fz").cuda
+    assert "double_[" in cuda and "fz_div_[" in cuda and "float* __restrict__ double_" in cuda
+    assert "const long long i_ =" in cuda  # the user's `i` keeps its name; the index moves aside
+
+
+def test_cli_compile_writes_file_and_report(tmp_path, run_cli):
+    out = tmp_path / "sbr.cu"
+    code, stdout, stderr = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "-o", str(out), "--report")
+    assert code == 0 and stdout == ""
+    assert "__global__ void scale_bias_relu_k0(" in out.read_text()
+    assert "24 B/element unfused (3.00x less)" in stderr and "fused into k0 (vertical" in stderr
+
+
+def test_cli_emit_report_json_fields(run_cli):
+    code, stdout, _ = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "--emit", "report")
+    (kernel,) = json.loads(stdout)
+    assert kernel["name"] == "scale_bias_relu_k0" and kernel["stages"] == ["scale", "bias", "relu"]
+    assert kernel["bytes_read"] == 4 and kernel["bytes_written"] == 4 and kernel["est_regs"] > 0
+    assert len(kernel["fusion"]) == 3
+    code, stdout, _ = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "--emit", "report", "--unfused")
+    assert [k["bytes_read"] + k["bytes_written"] for k in json.loads(stdout)] == [8, 8, 8]
+
+
+def test_cli_emit_ir_and_pipeline_selection(run_cli):
+    code, stdout, _ = run_cli("compile", str(ROOT / "tests/programs/shapes.fz"), "--emit", "ir", "--pipeline",
+                              "colscale")
+    assert code == 0 and "stage w2 over [cols]" in stdout and "kernel k1: y" in stdout
+    assert "scalar_temp" not in stdout
+
+
+def test_cli_compile_errors(run_cli):
+    code, _, err = run_cli("compile", str(ROOT / "examples/dag.fz"), "--pipeline", "nope")
+    assert code == 1 and "no pipeline named 'nope'" in err
+    code, _, err = run_cli("compile", str(ROOT / "examples/dag.fz"), "--max-regs", "7")
+    assert code == 2
+    code, _, err = run_cli("compile", str(ROOT / "examples/dag.fz"), "--emit", "ptx")
+    assert code == 2

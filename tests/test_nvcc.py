@@ -1,0 +1,44 @@
+"""The nvcc tier: every emitted module compiles for sm_90, no kernel spills,
+and the register estimate is within max(4, 25 %) of what ptxas reports."""
+import re
+import subprocess
+
+import pytest
+
+from fusec.compiler import CompileOptions, compile_pipeline
+
+from helpers import pipelines
+
+pytestmark = pytest.mark.nvcc
+PIPELINES = pipelines()
+
+
+def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
+    """kernel name -> (registers, spill bytes), from `nvcc -Xptxas -v`."""
+    src = tmp_path / "module.cu"
+    src.write_text(cuda)
+    proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "m.cubin"),
+                           str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    usage, current, spills = {}, None, 0
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            current = m.group(1)
+        if m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            spills = int(m.group(1)) + int(m.group(2))
+        if m := re.search(r"Used (\d+) registers", line):
+            usage[current] = (int(m.group(1)), spills)
+    return usage
+
+
+@pytest.mark.parametrize("form", ["fused", "unfused"])
+@pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
+def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, name, form):
+    compiled = compile_pipeline(program, name, CompileOptions(fuse=form == "fused"))
+    usage = ptxas_usage(compiled.cuda, tmp_path)
+    assert set(usage) == {k.name for k in compiled.plan.kernels}
+    for kernel in compiled.plan.kernels:
+        regs, spills = usage[kernel.name]
+        assert spills == 0, f"{kernel.name} spills {spills} bytes"
+        assert abs(kernel.est_regs - regs) <= max(4, 0.25 * regs), \
+            f"{kernel.name}: estimated {kernel.est_regs} registers, ptxas used {regs}"
