@@ -104,4 +104,5 @@ def check_scalar(p: Slot, value) -> object:
         return int(value)
     if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
         raise ArgumentError(f"parameter '{p.name}' is {t}; got a complex number")
-    return float(value)
+    with np.errstate(over="ignore"):  # a scalar holds a value of its type: round it (1e6 as f16 is inf)
+        return float(np.asarray(value, numpy_dtype(t)))

@@ -94,10 +94,10 @@ class Pipeline:
     def report(self) -> list[dict]:
         from .report import report
         rows = report(self.compiled)
-        runner = self.__dict__.get("_runner")
-        if runner is not None and hasattr(runner, "attributes"):
+        backend = getattr(self.__dict__.get("_runner"), "backend", None)
+        if hasattr(backend, "attributes"):  # compiled: the kernels' real registers and local memory
             for row in rows:
-                row.update(runner.attributes(row["name"]))
+                row.update(backend.attributes(row["name"]))
         return rows
 
     @functools.cached_property
@@ -116,19 +116,11 @@ class Pipeline:
         return self._runner(*args, **kwargs)
 
 
-@functools.cache
-def _device_present() -> bool:
-    try:
-        import cupy
-        return bool(cupy.cuda.is_available())
-    except Exception:  # no CuPy, or no driver: not a device
-        return False
-
-
 def _resolve_backend(backend: str) -> str:
     if backend != "auto":
         return backend
-    if _device_present():
+    from .runtime.cuda import available
+    if available():
         return "cuda"
     warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
                   RuntimeWarning, stacklevel=4)

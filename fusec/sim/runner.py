@@ -23,6 +23,7 @@ from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
 from ..plan import Kernel, kernel_params
+from ..runtime.executor import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
 # -fwrapv: signed overflow wraps, as on the GPU; -ffp-contract=off: no FMA
@@ -103,12 +104,20 @@ class SimBackend:
             raise ArgumentError(f"parameter '{param.name}': the sim backend takes NumPy arrays, got {kind}")
         return check_host_array(param, value)
 
+    def span(self, array: np.ndarray) -> tuple[int, int]:
+        return host_span(array)
+
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
-    def launch(self, kernel: Kernel, grid: int, block: int, args: list) -> None:
+    def stream(self, value):
+        if value is not None:
+            raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
+        return None
+
+    def launch(self, kernel: Kernel, n: int, args: list, stream) -> None:
         converted = [a.ctypes.data if isinstance(a, np.ndarray) else a for a in args]
-        self.functions[kernel.name](grid, block, *converted)
+        self.functions[kernel.name](-(-n // BLOCK_SIZE), BLOCK_SIZE, *converted)
 
 
 def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
@@ -123,6 +132,11 @@ def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
         raise ArgumentError(f"parameter '{param.name}': the array is not C-contiguous (strides {value.strides}); "
                             "pass np.ascontiguousarray(...)")
     return value
+
+
+def host_span(array: np.ndarray) -> tuple[int, int]:
+    start = array.__array_interface__["data"][0]
+    return start, start + array.nbytes
 
 
 def _ctype(p):
