@@ -1,17 +1,21 @@
-"""The cuda backend: CuPy compiles the emitted module with NVRTC and launches it.
+"""The cuda backend: NVRTC compiles the emitted module, CuPy launches it.
 
-Caches: in memory, one compiled module per (source, options, arch, device) in
-this process; on disk, CuPy's kernel cache (CUPY_CACHE_DIR, by default
-~/.cupy/kernel_cache), whose key holds the source, the options, the arch and
-the NVRTC and CuPy versions; fusec's version is in the options, so a new
-fusec never reuses an old binary. Compilation uses NVRTC's defaults: no fast
-math, so denormals are kept and division and sqrt are IEEE-rounded (CuPy's
-own kernels may ask for -ftz=true; fusec does not).
+fusec calls NVRTC itself (through CuPy's bindings) rather than CuPy's
+RawModule, because CuPy adds -ftz=true to every compile, flushing f32
+denormals to zero. fusec compiles with NVRTC's IEEE defaults: no fast math,
+denormals kept, IEEE-rounded division and sqrt (nvcc's default FMA
+contraction stays on). Caches: in memory, one loaded module per (source, arch,
+device) in this process; on disk, one cubin per key under FUSEC_CACHE_DIR
+(default ~/.cache/fusec/cuda), the key hashing the source, the options, the
+arch, fusec's version and NVRTC's version.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -23,7 +27,10 @@ from ..ir import Slot
 from ..plan import Kernel, kernel_params
 from .executor import BLOCK_SIZE
 
-OPTIONS = ("--std=c++17", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
+OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
+
+# cuFuncGetAttribute's attribute numbers (CUfunction_attribute).
+_MAX_THREADS_PER_BLOCK, _LOCAL_SIZE_BYTES, _NUM_REGS = 0, 3, 4
 
 _modules: dict[tuple, object] = {}
 _lock = threading.Lock()
@@ -38,17 +45,71 @@ def device_arch() -> str:
     return "sm_" + cupy().cuda.Device().compute_capability
 
 
+def cache_dir() -> Path:
+    base = os.environ.get("FUSEC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusec")
+    return Path(base) / "cuda"
+
+
+@functools.cache
+def include_dirs() -> tuple[str, ...]:
+    """Where NVRTC finds cuda_fp16.h: the toolkit CuPy uses, or NVIDIA's pip wheels."""
+    candidates = []
+    cuda_path = cupy().cuda.get_cuda_path()
+    if cuda_path:
+        candidates.append(os.path.join(cuda_path, "include"))
+    try:
+        import nvidia
+        for root in getattr(nvidia, "__path__", []):
+            candidates += [str(p.parent) for p in Path(root).glob("*/include/cuda_fp16.h")]
+    except ImportError:
+        pass
+    return tuple(d for d in candidates if os.path.exists(os.path.join(d, "cuda_fp16.h")))[:1]
+
+
+def compile_module(source: str, arch: str, native: bool) -> bytes:
+    """Machine code for `arch` (native: the device's own), else PTX for it that
+    the driver compiles at load; from the disk cache, else from NVRTC."""
+    from cupy_backends.cuda.libs import nvrtc
+    target = arch if native else "compute_" + arch.removeprefix("sm_")
+    options = OPTIONS + (f"-arch={target}", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
+    version = ".".join(map(str, nvrtc.getVersion()))
+    key = hashlib.sha256("\0".join((source, *options, __version__, version)).encode()).hexdigest()
+    path = cache_dir() / f"{key[:32]}.{'cubin' if native else 'ptx'}"
+    if path.exists():
+        return path.read_bytes()
+    program = nvrtc.createProgram(source, "fusec_module.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(program, list(options) + [f"-I{d}" for d in include_dirs()])
+        except nvrtc.NVRTCError:
+            raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
+                               + nvrtc.getProgramLog(program)) from None
+        cubin = nvrtc.getCUBIN(program) if native else nvrtc.getPTX(program)
+        cubin = cubin.encode() if isinstance(cubin, str) else cubin
+    finally:
+        nvrtc.destroyProgram(program)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_bytes(cubin)
+    partial.replace(path)  # atomic: a concurrent process never reads half a file
+    return cubin
+
+
 def load_module(source: str, arch: str):
-    """The compiled module for this source on the current device (memory, then disk, then NVRTC)."""
+    """The loaded module for this source on the current device (memory, then disk, then NVRTC)."""
     cp = cupy()
-    key = (source, OPTIONS, arch, cp.cuda.Device().id)
+    key = (source, arch, cp.cuda.Device().id)
     with _lock:
         module = _modules.get(key)
         if module is None:
-            module = cp.cuda.compiler.compile_with_cache(source, options=OPTIONS, arch=arch.removeprefix("sm_"),
-                                                         prepend_cupy_headers=False)
+            module = cp.cuda.function.Module()
+            module.load(compile_module(source, arch, native=arch == device_arch()))
             _modules[key] = module
     return module
+
+
+def function_attribute(function, attribute: int) -> int:
+    return cupy().cuda.driver.funcGetAttribute(attribute, function.ptr)
 
 
 _SCALAR_TYPES = {"bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
@@ -68,14 +129,14 @@ class CudaBackend:
             function = module.get_function(kernel.name)
             converters = [_converter(p) for p in kernel_params(kernel)]
             # The block is as large as the kernel's real register use allows.
-            block = min(BLOCK_SIZE, function.max_threads_per_block)
+            block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
             self.kernels[kernel.name] = (function, converters, block)
 
     def attributes(self, kernel_name: str) -> dict:
         """What the compiled kernel really uses, for the report."""
-        function = self.kernels[kernel_name][0]
-        return {"num_regs": function.num_regs, "local_size_bytes": function.local_size_bytes,
-                "block": self.kernels[kernel_name][2], "arch": self.arch}
+        function, _, block = self.kernels[kernel_name]
+        return {"num_regs": function_attribute(function, _NUM_REGS),
+                "local_size_bytes": function_attribute(function, _LOCAL_SIZE_BYTES), "block": block, "arch": self.arch}
 
     # ---- the Backend protocol
     def check_array(self, param: Slot, value):
@@ -123,6 +184,8 @@ class CudaBackend:
         if value is None or isinstance(value, cp.cuda.Stream):
             return value
         if hasattr(value, "__cuda_stream__"):  # the CUDA stream protocol: (version, handle)
+            if hasattr(cp.cuda.Stream, "from_external"):
+                return cp.cuda.Stream.from_external(value)
             return cp.cuda.ExternalStream(int(value.__cuda_stream__()[1]), self.device)
         if hasattr(value, "cuda_stream"):  # torch.cuda.Stream
             return cp.cuda.ExternalStream(int(value.cuda_stream), self.device)
@@ -132,11 +195,7 @@ class CudaBackend:
     def launch(self, kernel: Kernel, n: int, args: list, stream) -> None:
         function, converters, block = self.kernels[kernel.name]
         converted = tuple(convert(a) for convert, a in zip(converters, args))
-        grid = -(-n // block)
-        if stream is None:
-            function((grid,), (block,), converted)
-        else:
-            function((grid,), (block,), converted, stream=stream)
+        function((-(-n // block),), (block,), converted, stream=stream)
 
 
 def _converter(param):

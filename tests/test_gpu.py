@@ -1,0 +1,201 @@
+"""The gpu tier (marker `gpu`): run on a CUDA device; skipped cleanly without one.
+
+Every example through fusec.jit, fused and unfused, against the NumPy
+reference on fresh random data, in each float type the example allows; then
+interop, streams, the decorator, the caches and the errors only a GPU has."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import fusec
+from fusec.errors import ArgumentError, Source
+from fusec.frontend import check_source
+from fusec.jit import Pipeline
+from fusec.reference import run as reference
+
+from helpers import ROOT, assert_matches, random_args
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))
+FLOATS = ["f16", "bf16", "f32", "f64"]
+SIZES = [1, 3, 1000, 2 ** 20 + 3]
+
+
+def variant(path, float_type):
+    """The example with its float type replaced (every example computes in one float type)."""
+    code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    found = sorted({t for t in FLOATS if re.search(rf"\b{t}\b", code)})
+    assert len(found) == 1, (path, found)
+    return check_source(Source(f"{path.stem}[{float_type}]", re.sub(rf"\b{found[0]}\b", float_type, code)))
+
+
+def to_device(a):
+    return cp.asarray(a) if isinstance(a, np.ndarray) else a
+
+
+def to_host(a):
+    return a.get() if isinstance(a, cp.ndarray) else a
+
+
+def tolerance_for_gpu(dtype):
+    """f32 on the GPU: libdevice math is within a few ulp and nvcc contracts a * b + c into an FMA."""
+    return {"rtol": 1e-4, "atol": 1e-5} if np.dtype(dtype) == np.float32 else None
+
+
+def check(actual, expected):
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for a, e in zip(actual, expected):
+        a = to_host(a)
+        tol = tolerance_for_gpu(a.dtype)
+        if tol:
+            np.testing.assert_allclose(a, e, equal_nan=True, **tol)
+        else:
+            assert_matches(a, e)
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("float_type", FLOATS)
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_on_gpu_equals_reference(path, float_type, fuse):
+    program = variant(path, float_type)
+    pipeline = program.pipelines[0]
+    f = Pipeline(program, pipeline.name, fuse=fuse, backend="cuda")
+    for size in SIZES:
+        args = random_args(pipeline, size, seed=size + 11)
+        expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        expected = reference(program, pipeline.name, *expected_args)
+        device_args = [to_device(a) for a in args]
+        actual = f(*device_args)
+        cp.cuda.Device().synchronize()
+        if expected is not None:
+            check(actual, expected)
+        for p, a, e in zip(pipeline.params, device_args, expected_args):
+            if p.role == "inout":
+                check(a, e)
+
+
+def test_done_when_command():
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"))
+    y = f(cp.arange(8, dtype=cp.float32) - 4, 1.5, -0.25)
+    assert isinstance(y, cp.ndarray)
+    np.testing.assert_array_equal(y.get(), [0, 0, 0, 0, 0, 1.25, 2.75, 4.25])
+
+
+def test_report_shows_real_registers_after_compiling():
+    f = fusec.jit(str(ROOT / "examples/dag.fz"), backend="cuda")
+    a = cp.ones(10, cp.float32)
+    f(a, a, a)
+    (row,) = f.report()
+    assert row["num_regs"] > 0 and row["local_size_bytes"] == 0
+    assert abs(row["num_regs"] - row["est_regs"]) <= max(4, 0.25 * row["num_regs"])
+
+
+def test_torch_tensors_in_without_a_copy_and_back():
+    torch = pytest.importorskip("torch")
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda")
+    x = torch.linspace(-2, 2, 1001, device="cuda")
+    y = f(x, 2.0, 0.5)
+    np.testing.assert_allclose(torch.from_dlpack(y).cpu().numpy(), torch.relu(x * 2 + 0.5).cpu().numpy(), rtol=1e-6)
+    h = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, device="cuda", dtype=torch.bfloat16)
+    before = h.clone()
+    program = variant(ROOT / "examples/bias_gelu.fz", "bf16")
+    Pipeline(program, "bias_gelu", backend="cuda")(h, b)  # in place, through DLPack, no copy
+    assert not torch.equal(h, before)
+    gate = torch.randn(8, 32, device="cuda", dtype=torch.bfloat16)
+    out = fusec.jit(str(ROOT / "examples/bf16_swiglu.fz"), backend="cuda")(gate, gate)
+    assert torch.from_dlpack(out).dtype == torch.bfloat16
+
+
+def test_non_default_stream_and_stream_protocol():
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda")
+    x = cp.random.standard_normal(1 << 20, dtype=cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        y1 = f(x, 3.0, 1.0)
+    y2 = f(x, 3.0, 1.0, stream=stream)
+    stream.synchronize()
+    expected = np.maximum(x.get() * 3 + 1, 0)
+    np.testing.assert_allclose(y1.get(), expected, rtol=1e-5, atol=1e-6)  # x * 3 + 1 is one FMA on the GPU
+    np.testing.assert_allclose(y2.get(), expected, rtol=1e-5, atol=1e-6)
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    y3 = f(x, 3.0, 1.0, stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(y3.get(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_decorator_on_gpu():
+    @fusec.jit
+    def fused_update(p, g, lr):
+        return p - lr * g / (fusec.sqrt(g * g) + 1e-8)
+
+    p = cp.random.standard_normal(5000, dtype=cp.float32)
+    g = cp.random.standard_normal(5000, dtype=cp.float32)
+    out = fused_update(p, g, 0.1)
+    pg, gg = p.get(), g.get()
+    np.testing.assert_allclose(out.get(), pg - np.float32(0.1) * gg / (np.sqrt(gg * gg) + np.float32(1e-8)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_only_bad_inputs():
+    f = fusec.jit(str(ROOT / "examples/bias_gelu.fz"), backend="cuda")
+    h = cp.zeros((4, 8), cp.float16)
+    b = cp.zeros(8, cp.float16)
+    with pytest.raises(ArgumentError, match="'h': a NumPy array is in host memory"):
+        f(np.zeros((4, 8), np.float16), b)
+    with pytest.raises(ArgumentError, match="'h': the array is not C-contiguous"):
+        f(cp.zeros((8, 4), cp.float16).T, b)
+    with pytest.raises(ArgumentError, match="'h' is written, but the array is a broadcast view"):
+        f(cp.broadcast_to(b, (4, 8)), b)
+    with pytest.raises(ArgumentError, match="'h' and 'b' share memory"):
+        f(h, h[0])
+    g = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda")
+    x = cp.ones(16, cp.float32)
+    with pytest.raises(ArgumentError, match="share memory"):
+        g(x, 1.0, 2.0, out=x)
+    out = cp.empty(16, cp.float32)
+    assert g(x, 1.0, 2.0, out=out) is out
+    if cp.cuda.runtime.getDeviceCount() > 1:
+        with cp.cuda.Device(1):
+            other = cp.ones(16, cp.float32)
+        with pytest.raises(ArgumentError, match="is on device 1"):
+            g(other, 1.0, 2.0)
+
+
+def test_denormals_are_kept():
+    """NVRTC's defaults: -ftz=false (CuPy's own compiles add -ftz=true)."""
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda")
+    y = f(cp.full(4, 1e-20, cp.float32), 1e-20, 0.0)
+    assert float(y[0]) > 0 and np.isclose(float(y[0]), 1e-40, rtol=1e-3)
+
+
+def test_arch_option_compiles_for_that_arch():
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda", arch="sm_80")
+    np.testing.assert_array_equal(f(cp.ones(3, cp.float32), 2.0, 1.0).get(), [3, 3, 3])
+    assert f.report()[0]["arch"] == "sm_80"
+
+
+def test_disk_cache_hit_in_a_second_process(tmp_path):
+    env = dict(os.environ, FUSEC_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+    code = ("import time, fusec, cupy as cp\nt = time.perf_counter()\n"
+            f"f = fusec.jit({str(ROOT / 'examples/dag.fz')!r}, backend='cuda')\n"
+            "a = cp.ones(1000, cp.float32)\nf(a, a, a); cp.cuda.Device().synchronize()\n"
+            "print(f'{(time.perf_counter() - t) * 1000:.1f}')\n")
+    times = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        times.append(float(proc.stdout.strip().splitlines()[-1]))
+    files = list((tmp_path / "cache").rglob("*"))
+    assert files, "the first process wrote nothing to the disk cache"
+    print(f"first process compile+call {times[0]:.1f} ms, second (disk cache) {times[1]:.1f} ms")
+    assert times[1] < times[0]
