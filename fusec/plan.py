@@ -94,6 +94,7 @@ class Kernel:
     stores: tuple[tuple[Access, int], ...]  # (where, body instruction stored)
     scalars: tuple[str, ...]              # scalar values read (by name)
     est_regs: int
+    vector: int = 1                       # elements per thread of the 16-byte vector variant
     decisions: tuple[Decision, ...] = field(default=())
 
 
@@ -151,3 +152,19 @@ def kernel_params(kernel: Kernel) -> list[KernelParam]:
 def needs_coordinates(kernel: Kernel) -> bool:
     """Whether some operand is read along only some dims (a broadcast needing index arithmetic)."""
     return any(any(a.present) and not all(a.present) for a in kernel.loads)
+
+
+def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
+    """(buffer, bytes) each array must be aligned to for the vector variant:
+    every access that moves a whole vector."""
+    inner = len(kernel.extents) - 1
+    out = []
+    for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
+        if access.contiguous or access.present[inner]:
+            out.append((access.buffer, kernel.vector * access.type.itemsize))
+    return out
+
+
+def variant_names(kernel: Kernel) -> tuple[str, str]:
+    """The emitted functions: (one element per thread, one 16-byte vector per thread)."""
+    return kernel.name, f"{kernel.name}_v{kernel.vector}"

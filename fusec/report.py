@@ -15,6 +15,8 @@ def kernel_report(compiled: Compiled, kernel: Kernel) -> dict:
         "stages": list(kernel.stages),
         "iteration_space": fmt_shape(kernel.shape),
         "est_regs": kernel.est_regs,
+        "variants": [kernel.name, f"{kernel.name}_v{kernel.vector}"],
+        "vector_elements": kernel.vector,
         "max_regs": compiled.plan.max_regs,
         # Minimum traffic per element of the iteration space; a broadcast operand
         # is re-read from cache, so it is listed apart and not counted.

@@ -23,8 +23,9 @@ def environment() -> jinja2.Environment:
 
 
 def emit_module(plan: ModulePlan, source_name: str) -> str:
-    kernels = [_KernelEmitter(plan, k, Namer()).render() for k in plan.kernels]
-    helpers = sorted({h for k in kernels for h in k["helpers"]})
+    emitters = [_KernelEmitter(plan, k, Namer()) for k in plan.kernels]
+    kernels = [e.render() for e in emitters]
+    helpers = sorted({h for e in emitters for h in e.helpers})
     types = {a.type.name for k in plan.kernels for a in list(k.loads) + [s for s, _ in k.stores]}
     types |= {i.type.name for k in plan.kernels for i in k.body.instrs}
     includes = [h for t, h in (("f16", "cuda_fp16.h"), ("bf16", "cuda_bf16.h")) if t in types]
@@ -34,55 +35,113 @@ def emit_module(plan: ModulePlan, source_name: str) -> str:
 
 
 class _KernelEmitter:
+    """One kernel, in two variants: one element per thread (any alignment), and
+    one 16-byte vector per array per thread (aligned arrays; see `vector_ok`)."""
+
     def __init__(self, plan: ModulePlan, kernel: Kernel, namer: Namer):
         self.plan, self.k, self.namer = plan, kernel, namer
         self.helpers: set[str] = set()
+        params = kernel_params(kernel)
+        self.buffers = {p.key: namer.user(p.key) for p in params if p.kind == "array"}
+        self.scalars = {p.key: namer.user(p.key) for p in params if p.kind == "scalar"}
+        self.i, self.n = namer.fresh("i"), namer.fresh("n")
+        self.extents = {p.key: namer.fresh(f"e{p.key}") for p in params if p.kind == "extent"}
+        self.decls = [self._decl(p) for p in params]
+        self.coords, self.coord_names = self._coordinates(self.i, self.extents)
+
+    def _local_namer(self) -> Namer:
+        """Names for one function's locals: any name but the parameters and coordinates."""
+        namer = Namer()
+        namer.taken |= set(self.buffers.values()) | set(self.scalars.values()) | set(self.extents.values())
+        namer.taken |= {self.i, self.n} | set(self.coord_names.values())
+        return namer
+
+    def _decl(self, p) -> str:
+        if p.kind == "array":
+            qual = "" if p.written else "const "
+            return f"{qual}{storage_type(p.type)}* __restrict__ {self.buffers[p.key]}"
+        if p.kind == "scalar":
+            return f"const {scalar_param_type(p.type)} {self.scalars[p.key]}"
+        return f"const long long {self.n if p.kind == 'numel' else self.extents[p.key]}"
 
     def render(self) -> dict:
-        k, namer = self.k, self.namer
-        params = kernel_params(k)
-        buffer_names = {p.key: namer.user(p.key) for p in params if p.kind == "array"}
-        scalar_names = {p.key: namer.user(p.key) for p in params if p.kind == "scalar"}
-        i, n = namer.fresh("i"), namer.fresh("n")
-        extent_names = {p.key: namer.fresh(f"e{p.key}") for p in params if p.kind == "extent"}
-        decls = []
-        for p in params:
-            if p.kind == "array":
-                qual = "" if p.written else "const "
-                decls.append(f"{qual}{storage_type(p.type)}* __restrict__ {buffer_names[p.key]}")
-            elif p.kind == "scalar":
-                decls.append(f"const {scalar_param_type(p.type)} {scalar_names[p.key]}")
-            elif p.kind == "numel":
-                decls.append(f"const long long {n}")
-            else:
-                decls.append(f"const long long {extent_names[p.key]}")
-        coords, coord_names = self._coordinates(i, extent_names)
+        k = self.k
+        scalar = {"name": k.name, "vector": 0, "params": self.decls, "i": self.i, "n": self.n,
+                  "coords": self.coords}
+        scalar.update(self._scalar_body(self.i, self._local_namer()))
+        variants = [scalar]
+        if k.vector > 1:
+            variants.append(self._vector_variant())
+        return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "variants": variants,
+                "comments": self._comments()}
 
-        def index(access: Access) -> str:
-            if access.contiguous:
-                return i
-            terms, stride = [], []
-            for j in range(len(access.present) - 1, -1, -1):
-                if access.present[j]:
-                    terms.append(" * ".join([coord_names[j]] + stride))
-                    if j > 0:
-                        stride = [extent_names[j]] + stride
-            return " + ".join(reversed(terms)) or "0"
+    def index(self, access: Access) -> str:
+        """Offset of an access at element i: i itself, or from the coordinates of i."""
+        if access.contiguous:
+            return self.i
+        terms, stride = [], []
+        for j in range(len(access.present) - 1, -1, -1):
+            if access.present[j]:
+                terms.append(" * ".join([self.coord_names[j]] + stride))
+                if j > 0:
+                    stride = [self.extents[j]] + stride
+        return " + ".join(reversed(terms)) or "0"
 
+    def _scalar_body(self, i: str, namer: Namer) -> dict:
+        """The computation for one element at index i: lines, then stores."""
+        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a) if not a.contiguous else i}]")
+                 for a in self.k.loads}
+        lines, refs = self._computation(loads, namer)
+        stores = [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
+        return {"lines": lines, "stores": stores}
+
+    def _vector_variant(self) -> dict:
+        k, width = self.k, self.k.vector
+        namer = self._local_namer()
+        vec = {}
+        pre, loads = [], {}
+        inner = len(k.extents) - 1
+        for a in k.loads:
+            ptr = f"{self.buffers[a.buffer]} + {self.index(a)}"
+            if a.contiguous or a.present[inner]:  # E consecutive elements: one vector
+                vec[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_v")
+                pre.append(f"const fz_vec<{storage_type(a.type)}, {width}> {vec[a.value]} = "
+                           f"*reinterpret_cast<const fz_vec<{storage_type(a.type)}, {width}>*>({ptr});")
+                loads[a.value] = load_expr(a.type, f"{vec[a.value]}.v[k]")
+            else:  # the same element for the whole vector: one load
+                name = namer.fresh(f"{self.buffers[a.buffer]}_s")
+                pre.append(f"const {storage_type(a.type)} {name} = {self.buffers[a.buffer]}[{self.index(a)}];")
+                loads[a.value] = load_expr(a.type, name)
+        out_vec = {a.value: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in k.stores}
+        declare = [f"fz_vec<{storage_type(a.type)}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
+        lines, refs = self._computation(loads, namer)
+        lines += [f"{out_vec[a.value]}.v[k] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
+        stores = [f"*reinterpret_cast<fz_vec<{storage_type(a.type)}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
+                  f"= {out_vec[a.value]};" for a, _ in k.stores]
+        tail = None
+        if not needs_coordinates(k):  # with broadcasts the runtime only picks this variant when n % E == 0
+            tail_namer = self._local_namer()
+            j = tail_namer.fresh("j")
+            tail = {"j": j, **self._scalar_body(j, tail_namer)}
+        self.helpers.add("vec")
+        return {"name": f"{k.name}_v{width}", "vector": width, "params": self.decls, "i": self.i, "n": self.n,
+                "coords": self.coords, "pre": pre, "declare": declare, "lines": lines, "stores": stores,
+                "tail": tail}
+
+    def _computation(self, loads: dict[str, str], namer: Namer) -> tuple[list[str], list[str]]:
+        """One line per instruction (constants and scalar parameters are inlined)."""
         refs: list[str] = []
         lines: list[str] = []
-        body = k.body.instrs
-        for idx, ins in enumerate(body):
+        body = self.k.body.instrs
+        for ins in body:
             if ins.op == "const":
                 refs.append(const(ins.attr, ins.type))
                 continue
-            if ins.op == "load" and ins.attr in scalar_names:
-                refs.append(scalar_names[ins.attr])
+            if ins.op == "load" and ins.attr in self.scalars:
+                refs.append(self.scalars[ins.attr])
                 continue
-            name = namer.fresh(f"v{len(lines)}")
             if ins.op == "load":
-                access = next(a for a in k.loads if a.value == ins.attr)
-                expr = load_expr(ins.type, f"{buffer_names[access.buffer]}[{index(access)}]")
+                expr = loads[ins.attr]
             elif ins.op == "cast":
                 src = body[ins.args[0]].type
                 expr = cast_expr(src, ins.type, refs[ins.args[0]])
@@ -94,14 +153,10 @@ class _KernelEmitter:
                     operand_type = body[ins.args[1]].type
                 expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args])
                 self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
+            name = namer.fresh(f"v{len(lines)}")
             lines.append(f"const {compute_type(ins.type)} {name} = {expr};")
             refs.append(name)
-        stores = [f"{buffer_names[a.buffer]}[{index(a)}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
-        return {
-            "name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "params": decls, "i": i, "n": n,
-            "coords": coords, "lines": lines, "stores": stores, "helpers": self.helpers,
-            "comments": self._comments(),
-        }
+        return lines, refs
 
     def _coordinates(self, i: str, extent_names: dict) -> tuple[list[str], dict[int, str]]:
         """Coordinates of the flat index in the collapsed space, outermost first."""

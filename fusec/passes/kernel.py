@@ -13,6 +13,12 @@ from ..plan import Access, Kernel, Stage, StageGraph
 from .regs import estimate_registers
 
 
+# Each thread of the vector variant moves one 16-byte vector of its widest
+# array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
+# 1.6x over 4-byte accesses for the seed's chain on the H200 (PERF.md).
+VECTOR_BYTES = 16
+
+
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "") -> Kernel:
     shape = stages[0].shape
     produced_here = {v for s in stages for v in s.outputs}
@@ -48,8 +54,10 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     broadcast = [a for a in loads if not a.contiguous and any(a.present)]
     coordinates = len({j for a in broadcast for j, p in enumerate(a.present) if p})
     est = estimate_registers(body, [i for _, i in stores], scalar_ids, len(loads), len(broadcast), coordinates)
+    widest = max([a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access])
+    width = VECTOR_BYTES // widest
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
-                  scalars, est)
+                  scalars, est, vector=width)
 
 
 def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:

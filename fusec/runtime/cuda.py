@@ -24,7 +24,7 @@ from ..bind import numpy_dtype
 from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
-from ..plan import Kernel, kernel_params
+from ..plan import Kernel, kernel_params, variant_names
 from .executor import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
@@ -122,21 +122,30 @@ class CudaBackend:
         cp = cupy()
         self.cp = cp
         self.device = cp.cuda.Device().id
+        self.compiled = compiled
         self.arch = arch or device_arch()
         module = load_module(compiled.cuda, self.arch)
         self.kernels = {}
         for kernel in compiled.plan.kernels:
-            function = module.get_function(kernel.name)
             converters = [_converter(p) for p in kernel_params(kernel)]
-            # The block is as large as the kernel's real register use allows.
-            block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
-            self.kernels[kernel.name] = (function, converters, block)
+            for name in variant_names(kernel):
+                function = module.get_function(name)
+                # The block is as large as the kernel's real register use allows.
+                block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
+                self.kernels[name] = (function, converters, block)
 
     def attributes(self, kernel_name: str) -> dict:
         """What the compiled kernel really uses, for the report."""
-        function, _, block = self.kernels[kernel_name]
-        return {"num_regs": function_attribute(function, _NUM_REGS),
-                "local_size_bytes": function_attribute(function, _LOCAL_SIZE_BYTES), "block": block, "arch": self.arch}
+        out = {"arch": self.arch}
+        for variant, suffix in zip(variant_names(self._plan_kernel(kernel_name)), ("", "_vector")):
+            function, _, block = self.kernels[variant]
+            out |= {f"num_regs{suffix}": function_attribute(function, _NUM_REGS),
+                    f"local_size_bytes{suffix}": function_attribute(function, _LOCAL_SIZE_BYTES),
+                    f"block{suffix}": block}
+        return out
+
+    def _plan_kernel(self, name: str) -> Kernel:
+        return next(k for k in self.compiled.plan.kernels if k.name == name)
 
     # ---- the Backend protocol
     def check_array(self, param: Slot, value):
@@ -192,10 +201,11 @@ class CudaBackend:
         raise ArgumentError(f"stream= takes a CuPy stream or an object with __cuda_stream__, "
                             f"got {type(value).__name__}")
 
-    def launch(self, kernel: Kernel, n: int, args: list, stream) -> None:
-        function, converters, block = self.kernels[kernel.name]
+    def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
+        function, converters, block = self.kernels[variant_names(kernel)[vector]]
         converted = tuple(convert(a) for convert, a in zip(converters, args))
-        function((-(-n // block),), (block,), converted, stream=stream)
+        threads = -(-n // kernel.vector) if vector else n
+        function((-(-threads // block),), (block,), converted, stream=stream)
 
 
 def _converter(param):

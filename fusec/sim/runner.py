@@ -22,7 +22,7 @@ from ..codegen.emit import environment
 from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
-from ..plan import Kernel, kernel_params
+from ..plan import Kernel, kernel_params, variant_names
 from ..runtime.executor import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
@@ -57,12 +57,14 @@ def cuda_include_dir() -> str | None:
 class SimBackend:
     def __init__(self, compiled: Compiled):
         self.lib = ctypes.CDLL(str(self._build(compiled)))
+        self.launched: list[str] = []  # variant names, in order (tests read which variant ran)
         self.functions = {}
         for kernel in compiled.plan.kernels:
-            fn = getattr(self.lib, f"fz_launch_{kernel.name}")
-            fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in kernel_params(kernel)]
-            fn.restype = None
-            self.functions[kernel.name] = fn
+            for name in variant_names(kernel):
+                fn = getattr(self.lib, f"fz_launch_{name}")
+                fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in kernel_params(kernel)]
+                fn.restype = None
+                self.functions[name] = fn
 
     def _build(self, compiled: Compiled) -> Path:
         launchers = []
@@ -78,7 +80,7 @@ class SimBackend:
                 else:
                     params.append(f"long long a{j}")
                     args.append(f"a{j}")
-            launchers.append({"name": kernel.name, "params": params, "args": args})
+            launchers += [{"name": name, "params": params, "args": args} for name in variant_names(kernel)]
         launcher = environment().get_template("sim_launcher.cpp.j2").render(module="module.cu", kernels=launchers)
         include = cuda_include_dir()
         command = ["g++", *CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
@@ -115,9 +117,11 @@ class SimBackend:
             raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
         return None
 
-    def launch(self, kernel: Kernel, n: int, args: list, stream) -> None:
+    def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         converted = [a.ctypes.data if isinstance(a, np.ndarray) else a for a in args]
-        self.functions[kernel.name](-(-n // BLOCK_SIZE), BLOCK_SIZE, *converted)
+        self.launched.append(variant_names(kernel)[vector])
+        threads = -(-n // kernel.vector) if vector else n
+        self.functions[variant_names(kernel)[vector]](-(-threads // BLOCK_SIZE), BLOCK_SIZE, *converted)
 
 
 def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:

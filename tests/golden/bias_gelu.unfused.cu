@@ -3,6 +3,10 @@
 
 #include <cuda_fp16.h>
 
+// N elements moved as one aligned access (16 bytes for the widest array).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+
 // bias_gelu_k0_h: h over [rows, cols]
 // reads h, b (broadcast); writes h; estimated 15 registers
 extern "C" __global__ void bias_gelu_k0_h(
@@ -20,6 +24,33 @@ extern "C" __global__ void bias_gelu_k0_h(
     const float v2 = v0 + v1;
     const float v3 = __half2float(__float2half_rn(v2));
     h[i] = __float2half_rn(v3);
+}
+
+// bias_gelu_k0_h_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+extern "C" __global__ void bias_gelu_k0_h_v8(
+    __half* __restrict__ h,
+    const __half* __restrict__ b,
+    const long long n,
+    const long long e1)
+{
+    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    // coordinates of i in the collapsed space [rows, cols]
+    const long long c1 = i % e1;
+    if (i + 8 <= n) {
+        const fz_vec<__half, 8> h_v = *reinterpret_cast<const fz_vec<__half, 8>*>(h + i);
+        const fz_vec<__half, 8> b_v = *reinterpret_cast<const fz_vec<__half, 8>*>(b + c1);
+        fz_vec<__half, 8> h_out;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v0 = __half2float(h_v.v[k]);
+            const float v1 = __half2float(b_v.v[k]);
+            const float v2 = v0 + v1;
+            const float v3 = __half2float(__float2half_rn(v2));
+            h_out.v[k] = __float2half_rn(v3);
+        }
+        *reinterpret_cast<fz_vec<__half, 8>*>(h + i) = h_out;
+    }
 }
 
 // bias_gelu_k1_h_2: h_2 over [rows, cols]
@@ -42,4 +73,49 @@ extern "C" __global__ void bias_gelu_k1_h_2(
     const float v9 = v1 * v8;
     const float v10 = __half2float(__float2half_rn(v9));
     h[i] = __float2half_rn(v10);
+}
+
+// bias_gelu_k1_h_2_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+extern "C" __global__ void bias_gelu_k1_h_2_v8(
+    __half* __restrict__ h,
+    const long long n)
+{
+    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    if (i + 8 <= n) {
+        const fz_vec<__half, 8> h_v = *reinterpret_cast<const fz_vec<__half, 8>*>(h + i);
+        fz_vec<__half, 8> h_out;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v0 = __half2float(h_v.v[k]);
+            const float v1 = 0.5f * v0;
+            const float v2 = 0.044715f * v0;
+            const float v3 = v2 * v0;
+            const float v4 = v3 * v0;
+            const float v5 = v0 + v4;
+            const float v6 = 0.7978846f * v5;
+            const float v7 = tanhf(v6);
+            const float v8 = 1.0f + v7;
+            const float v9 = v1 * v8;
+            const float v10 = __half2float(__float2half_rn(v9));
+            h_out.v[k] = __float2half_rn(v10);
+        }
+        *reinterpret_cast<fz_vec<__half, 8>*>(h + i) = h_out;
+    } else {
+#pragma unroll 1
+        for (long long j = i; j < n; ++j) {
+            const float v0 = __half2float(h[j]);
+            const float v1 = 0.5f * v0;
+            const float v2 = 0.044715f * v0;
+            const float v3 = v2 * v0;
+            const float v4 = v3 * v0;
+            const float v5 = v0 + v4;
+            const float v6 = 0.7978846f * v5;
+            const float v7 = tanhf(v6);
+            const float v8 = 1.0f + v7;
+            const float v9 = v1 * v8;
+            const float v10 = __half2float(__float2half_rn(v9));
+            h[j] = __float2half_rn(v10);
+        }
+    }
 }
