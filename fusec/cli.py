@@ -1,7 +1,8 @@
 """The `fusec` command line.
 
 Exit codes: 0 success; 1 an error in the user's program (printed as
-FILE:LINE:COL: error: ...); 2 a usage error; 3 an internal error of fusec.
+FILE:LINE:COL: error: ...); 2 a usage error, or a command that cannot run
+here (`fusec bench` without a GPU); 3 an internal error of fusec.
 """
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="parse and type-check a .fz file")
     check.add_argument("file", metavar="FILE.fz")
 
-    from .commands import add_compile_arguments
+    from .commands import add_bench_arguments, add_compile_arguments
     compile_ = sub.add_parser("compile", help="compile a .fz file to CUDA C")
     add_compile_arguments(compile_)
+    bench = sub.add_parser("bench", help="time a pipeline against the copy limit and its peers (needs a GPU)")
+    add_bench_arguments(bench)
     return parser
 
 
@@ -37,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             names = ", ".join(p.name for p in program.pipelines)
             print(f"{args.file}: ok ({len(program.stages)} stages; pipelines: {names})")
             return EXIT_OK
-        from .commands import run_compile
-        return run_compile(args)
+        from .commands import run_bench, run_compile
+        return run_bench(args) if args.command == "bench" else run_compile(args)
     except FzError as exc:
         print(exc, file=sys.stderr)
         return EXIT_PROGRAM

@@ -77,3 +77,58 @@ def run_compile(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _size(text: str) -> int:
+    try:
+        value = 2 ** int(text[2:]) if text.startswith("2^") else int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size like 4096 or 2^26, got {text!r}")
+    return value
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE.fz")
+    p.add_argument("--pipeline", metavar="NAME", help="benchmark only this pipeline (default: all)")
+    p.add_argument("--sizes", nargs="+", type=_size, default=[2 ** 12, 2 ** 20, 2 ** 26, 2 ** 28], metavar="N",
+                   help="elements per call, e.g. 4096 or 2^26 (default: 2^12 2^20 2^26 2^28)")
+    p.add_argument("--dtype", choices=("f16", "bf16", "f32", "f64"), help="replace the program's float type")
+    p.add_argument("--json", metavar="OUT.json", help="also write the rows as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="draw TB/s against size for each variant (matplotlib)")
+    p.add_argument("--dispatch", action="store_true", help="also time host µs per call at 4096 elements")
+
+
+def run_bench(args) -> int:
+    from .runtime.cuda import available
+    if not available():
+        print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
+              "none was found", file=sys.stderr)
+        return 2
+    from . import bench
+    source = read_source(args.file)
+    program = check_source(source)
+    names = [p.name for p in program.pipelines]
+    if args.pipeline is not None and args.pipeline not in names:
+        raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
+                      program.source)
+    rows = []
+    for name in [args.pipeline] if args.pipeline else names:
+        float_type = args.dtype or "as written"
+        if args.dtype:
+            program = bench.retype(source.text, args.dtype, Path(args.file).stem)
+        runner = bench.Bench(program, name, float_type)
+        runner.check(2 ** 16 + 3)
+        for size in args.sizes:
+            rows += runner.run(size)
+            print(bench.format_rows(rows[-len(runner.peers) - 3:]), flush=True)
+        if args.dispatch:
+            rows += runner.dispatch()
+    print()
+    print(bench.format_rows(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(bench.to_json(rows), indent=1) + "\n")
+    if args.plot:
+        bench.plot(rows, args.plot)
+    return 0

@@ -119,3 +119,19 @@ def test_cli_compile_errors(run_cli):
     assert code == 2
     code, _, err = run_cli("compile", str(ROOT / "examples/dag.fz"), "--emit", "ptx")
     assert code == 2
+
+
+def test_bench_without_a_gpu_says_so(run_cli, monkeypatch):
+    import fusec.runtime.cuda as cuda
+    monkeypatch.setattr(cuda, "available", lambda: False)
+    code, out, err = run_cli("bench", str(ROOT / "examples/scale_bias_relu.fz"))
+    assert code == 2 and "needs a CUDA device" in err and "Traceback" not in err
+    code, _, err = run_cli("bench", str(ROOT / "examples/scale_bias_relu.fz"), "--sizes", "2^x")
+    assert code == 2 and "expected a size" in err
+
+
+def test_bench_retypes_a_program():
+    from fusec.bench import dims_for, retype
+    program = retype((ROOT / "examples/bias_gelu.fz").read_text(), "bf16", "bias_gelu")
+    assert {s.type.name for s in program.pipelines[0].slots} == {"bf16"}
+    assert dims_for(program.pipelines[0], 2 ** 20) == {"rows": 256, "cols": 4096}

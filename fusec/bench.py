@@ -1,0 +1,324 @@
+"""`fusec bench`: fusec against the copy limit and the peers, side by side, on a GPU.
+
+For each size it first checks fusec's result against the NumPy reference (on
+fresh random data; at the large sizes, fused against unfused on the device),
+then times, in one run: a 16-byte copy of the pipeline's minimum traffic (the
+limit), fusec fused and unfused, torch eager, torch.compile and cupy.fuse
+(each generated from the IR; a missing peer is listed as skipped). Time per
+call is the median of 5 repetitions of a back-to-back loop timed with CUDA
+events (PERF.md's method), so at small sizes it is the host's dispatch rate.
+"""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .bind import numpy_dtype
+from .errors import Source
+from .frontend import check_source
+from .ir import Program
+from .jit import Pipeline
+from .passes.lower import lower
+from .peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
+from .reference import run as reference
+from .report import report
+
+FLOATS = ("f16", "bf16", "f32", "f64")
+# The innermost dim of a 2-D pipeline in the benchmark (a transformer's hidden size).
+INNER = 4096
+# One repetition of the timing loop runs at least this long (seconds).
+REP_SECONDS = 0.02
+REPS = 5
+
+
+@dataclass
+class Row:
+    pipeline: str
+    dtype: str
+    size: int
+    variant: str
+    us_per_call: float | None
+    tb_per_s: float | None = None
+    pct_of_copy: float | None = None
+    speedup_vs_unfused: float | None = None
+    note: str = ""
+
+
+def retype(program_text: str, float_type: str, name: str) -> Program:
+    """The program with its one float type replaced (comments dropped)."""
+    code = "\n".join(line for line in program_text.splitlines() if not line.lstrip().startswith("#"))
+    found = sorted({t for t in FLOATS if re.search(rf"\b{t}\b", code)})
+    if len(found) > 1:
+        raise ValueError(f"--dtype needs a program with one float type; this one has {', '.join(found)}")
+    if found:
+        code = re.sub(rf"\b{found[0]}\b", float_type, code)
+    return check_source(Source(f"{name}[{float_type}]", code))
+
+
+def dims_for(pipeline, size: int) -> dict[str, int]:
+    """Dim sizes giving `size` elements: innermost dims INNER wide (or all of it), the first outer the rest."""
+    inner = {p.shape[-1] for p in pipeline.params if p.shape and len(p.shape) > 1 and isinstance(p.shape[-1], str)}
+    names = [d for p in pipeline.params if p.shape for d in p.shape if isinstance(d, str)]
+    dims = {}
+    width = min(INNER, size)
+    for d in dict.fromkeys(names):
+        dims[d] = width if d in inner else (size // width if inner else size)
+    return dims
+
+
+def make_args(cp, pipeline, dims: dict[str, int], seed: int):
+    """Fresh random device arrays (never zeros) and scalars for a call."""
+    rng = cp.random.default_rng(seed)
+    args = []
+    for p in pipeline.params:
+        if p.shape is None:
+            args.append(3 if p.type.is_int else True if p.type.is_bool else 0.7)
+            continue
+        shape = tuple(d if isinstance(d, int) else dims[d] for d in p.shape)
+        if p.type.is_bool:
+            args.append(rng.random(shape, dtype=cp.float32) < 0.5)
+        elif p.type.is_int:
+            args.append(rng.integers(1, 50, shape).astype(numpy_dtype(p.type)))
+        else:
+            args.append((rng.standard_normal(shape, dtype=cp.float32) * 0.5 + 0.1).astype(numpy_dtype(p.type)))
+    return args
+
+
+def time_gpu(cp, fn) -> float:
+    """Median µs per call of a back-to-back loop, timed with CUDA events."""
+    fn()
+    cp.cuda.Device().synchronize()
+    start = time.perf_counter()
+    fn()
+    cp.cuda.Device().synchronize()
+    iters = max(1, min(2000, int(REP_SECONDS / max(time.perf_counter() - start, 1e-6))))
+    samples = []
+    for _ in range(REPS):
+        begin, end = cp.cuda.Event(), cp.cuda.Event()
+        begin.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(begin, end) * 1000 / iters)
+    return statistics.median(samples)
+
+
+def time_host(cp, fn, iters: int = 2000) -> float:
+    """Host µs per call (what the caller's thread spends), the median of 5 loops."""
+    for _ in range(20):
+        fn()
+    samples = []
+    for _ in range(REPS):
+        cp.cuda.Device().synchronize()
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        samples.append((time.perf_counter() - start) * 1e6 / iters)
+        cp.cuda.Device().synchronize()
+    return statistics.median(samples)
+
+
+_COPY = r'''
+extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+'''
+
+
+class Bench:
+    def __init__(self, program: Program, name: str, float_type: str, *, graph: bool = False):
+        import cupy as cp
+        self.cp = cp
+        self.program, self.name, self.float_type = program, name, float_type
+        self.pipeline = program.pipeline(name)
+        self.fused = Pipeline(program, name, fuse=True, backend="cuda")
+        self.unfused = Pipeline(program, name, fuse=False, backend="cuda")
+        self.copy = cp.RawKernel(_COPY, "fz_copy16")
+        self.peers = self._peers()
+
+    def _peers(self) -> dict:
+        """name -> (callable(args) or None, note)."""
+        cp, graph = self.cp, lower(self.program, self.pipeline)
+        params = [p.name for p in self.pipeline.params]
+        peers = {}
+        try:
+            import torch
+            ops = TorchOps(torch)
+            check_supported(graph, ops)
+            eager = peer_function(graph, ops, params)
+            peers["torch eager"] = (lambda args: eager(*args), "")
+            compiled = torch.compile(eager)
+            peers["torch.compile"] = (lambda args: compiled(*args), "")
+            self._torch = torch
+        except ImportError:
+            peers["torch eager"] = peers["torch.compile"] = (None, "skipped: PyTorch is not installed")
+        except Unsupported as why:
+            peers["torch eager"] = peers["torch.compile"] = (None, f"skipped: {why}")
+        try:
+            import cupyx.scipy.special as special
+            ops = XpOps(cp, erf=special.erf)
+            check_supported(graph, ops)
+            fused = cp.fuse(peer_function(graph, ops, params, in_place=False))
+            peers["cupy.fuse"] = (lambda args: fused(*args), "out of place")
+        except Unsupported as why:
+            peers["cupy.fuse"] = (None, f"skipped: {why}")
+        return peers
+
+    def _torch_args(self, args):
+        torch = self._torch
+        return [torch.from_dlpack(a) if isinstance(a, self.cp.ndarray) else a for a in args]
+
+    def check(self, size: int) -> None:
+        """fused == reference on fresh random host data at `size` (odd sizes test the tails)."""
+        cp = self.cp
+        dims = dims_for(self.pipeline, size)
+        args = make_args(cp, self.pipeline, dims, seed=size)
+        host = [a.get() if isinstance(a, cp.ndarray) else a for a in args]
+        expected = reference(self.program, self.name, *host)
+        got = self.fused(*args)
+        inout = [(a, h) for p, a, h in zip(self.pipeline.params, args, host) if p.role == "inout"]
+        pairs = list(zip(_tuple(got), _tuple(expected))) + inout
+        for actual, want in pairs:
+            _assert_close(actual.get(), want, f"{self.name}: fused result differs from the reference at n={size}")
+
+    def run(self, size: int) -> list[Row]:
+        cp = self.cp
+        dims = dims_for(self.pipeline, size)
+        args = make_args(cp, self.pipeline, dims, seed=size + 1)
+        # The same call fused and unfused agree on the device before anything is timed.
+        fused_out = self.fused(*[a.copy() if isinstance(a, cp.ndarray) else a for a in args])
+        unfused_out = self.unfused(*[a.copy() if isinstance(a, cp.ndarray) else a for a in args])
+        for a, b in zip(_tuple(fused_out), _tuple(unfused_out)):
+            _assert_close(a.get(), b.get(), f"{self.name}: fused and unfused differ at n={size}")
+        nbytes = self.minimum_bytes(dims)
+        words = max(1, nbytes // 32)  # float4s read (and as many written): the same bytes moved
+        src, dst = cp.empty(words * 4, cp.float32), cp.empty(words * 4, cp.float32)
+        src[...] = 1.0
+        blocks = (-(-words // 256),)
+        times = {"copy (16-byte, the limit)": time_gpu(cp, lambda: self.copy(blocks, (256,), (src, dst, np.int64(words))))}
+        times["fusec fused"] = time_gpu(cp, lambda: self.fused(*args))
+        times["fusec unfused"] = time_gpu(cp, lambda: self.unfused(*args))
+        notes = {}
+        for name, (fn, note) in self.peers.items():
+            notes[name] = note
+            if fn is None:
+                times[name] = None
+                continue
+            peer_args = self._torch_args(args) if name.startswith("torch") else args
+            try:
+                times[name] = time_gpu(cp, lambda: fn(peer_args))
+            except Exception as exc:  # a peer failing is recorded, not fatal
+                times[name], notes[name] = None, f"failed: {type(exc).__name__}: {str(exc)[:80]}"
+        rows = []
+        for variant, us in times.items():
+            row = Row(self.name, self.float_type, size, variant, us, note=notes.get(variant, ""))
+            if us:
+                row.tb_per_s = nbytes / (us * 1e-6) / 1e12
+                row.pct_of_copy = 100 * times["copy (16-byte, the limit)"] / us
+                row.speedup_vs_unfused = times["fusec unfused"] / us
+            rows.append(row)
+        return rows
+
+    def minimum_bytes(self, dims: dict[str, int]) -> int:
+        """Each input read once, each output written once: the fused kernels' traffic."""
+        total = 0
+        for kernel, row in zip(self.fused.compiled.plan.kernels, report(self.fused.compiled)):
+            numel = math.prod(dims[d] if isinstance(d, str) else d for d in kernel.shape)
+            total += (row["bytes_read"] + row["bytes_written"]) * numel
+        return total
+
+    def dispatch(self, size: int = 4096) -> list[Row]:
+        """Host µs per call at `size`: fusec (allocating, and with out=) against a bare CuPy launch."""
+        cp = self.cp
+        args = make_args(cp, self.pipeline, dims_for(self.pipeline, size), seed=7)
+        backend = self.fused._runner.backend
+        kernel = self.fused.compiled.plan.kernels[0]
+        rows = [Row(self.name, self.float_type, size, "host: fusec call", time_host(cp, lambda: self.fused(*args)))]
+        if len(self.fused.compiled.plan.kernels) == 1 and self.pipeline.outputs:
+            outs = self.fused(*args)
+            rows.append(Row(self.name, self.float_type, size, "host: fusec call with out=",
+                            time_host(cp, lambda: self.fused(*args, out=outs))))
+            raw = cp.RawKernel(self.fused.cuda_source, f"{kernel.name}_v{kernel.vector}")
+            launch = self._bare_args(args, outs, kernel)
+            grid = (-(-(-(-size // kernel.vector)) // 256),)  # one vector per thread, 256 threads a block
+            rows.append(Row(self.name, self.float_type, size, "host: bare cupy.RawKernel launch",
+                            time_host(cp, lambda: raw(grid, (256,), launch))))
+        return rows
+
+    def _bare_args(self, args, outs, kernel):
+        from .plan import kernel_params
+        from .runtime.cuda import _converter
+        values = dict(zip([p.name for p in self.pipeline.params], args))
+        values |= dict(zip([o.name for o in self.pipeline.outputs], _tuple(outs)))
+        n = int(np.prod(_tuple(outs)[0].shape))
+        launch = []
+        for p in kernel_params(kernel):
+            value = values.get(p.key) if p.kind in ("array", "scalar") else n
+            launch.append(_converter(p)(value) if p.kind != "array" else value)
+        return tuple(launch)
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,) if x is not None else ()
+
+
+def _assert_close(actual, expected, message: str) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.dtype.kind in "biu":
+        ok = np.array_equal(actual, expected)
+    else:
+        tol = {2: 2e-2, 4: 1e-4, 8: 1e-9}[actual.dtype.itemsize]
+        a, e = actual.astype(np.float64), expected.astype(np.float64)
+        ok = np.allclose(a, e, rtol=tol, atol=tol, equal_nan=True)
+    if not ok:
+        raise AssertionError(message)
+
+
+def format_rows(rows: list[Row]) -> str:
+    header = "| pipeline | dtype | elements | variant | µs/call | TB/s | % of copy | × unfused | note |"
+    lines = [header, "|" + "---|" * 9]
+    for r in rows:
+        cells = [r.pipeline, r.dtype, _size(r.size), r.variant, _num(r.us_per_call, 1), _num(r.tb_per_s, 2),
+                 _num(r.pct_of_copy, 1), _num(r.speedup_vs_unfused, 2), r.note]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    return f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else str(n)
+
+
+def _num(x, digits: int) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def to_json(rows: list[Row]) -> list[dict]:
+    return [asdict(r) for r in rows]
+
+
+def plot(rows: list[Row], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for variant in dict.fromkeys(r.variant for r in rows if not r.variant.startswith("host")):
+        points = [(r.size, r.tb_per_s) for r in rows if r.variant == variant and r.tb_per_s]
+        if points:
+            ax.plot(*zip(*points), marker="o", label=variant)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("elements")
+    ax.set_ylabel("TB/s of minimum traffic")
+    title = ", ".join(dict.fromkeys(f"{r.pipeline} ({r.dtype})" for r in rows))
+    ax.set_title(title[:100])
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,205 @@
+"""The peers a user would pick instead of fusec, generated from the IR.
+
+`peer_function(graph, ops)` runs a pipeline's stage graph with one array
+library's operations, stage by stage: PyTorch (eager, or under
+torch.compile), CuPy (under cupy.fuse) or NumPy (the CPU check of the CuPy
+peer). The same semantics as the reference where the library allows: f16 and
+bf16 computed in f32 and rounded at each stage's store.
+"""
+from __future__ import annotations
+
+from .plan import StageGraph
+from .types import ScalarType
+
+
+class Unsupported(Exception):
+    """This peer cannot express this pipeline (an op or type it lacks)."""
+
+
+# IR op -> attribute of the library namespace (NumPy and CuPy spell them alike).
+_XP_FUNCS = {
+    "sqrt": "sqrt", "cbrt": "cbrt", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+    "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "arcsin",
+    "acos": "arccos", "atan": "arctan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "floor": "floor",
+    "ceil": "ceil", "round": "rint", "trunc": "trunc", "abs": "abs", "isnan": "isnan", "isinf": "isinf",
+    "atan2": "arctan2", "pow": "power", "mod": "fmod", "lt": "less", "le": "less_equal", "gt": "greater",
+    "ge": "greater_equal", "eq": "equal", "ne": "not_equal", "and": "logical_and", "or": "logical_or",
+    "not": "logical_not", "select": "where",
+}
+_TORCH_FUNCS = {
+    "sqrt": "sqrt", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+    "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos",
+    "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "floor": "floor", "ceil": "ceil",
+    "round": "round", "trunc": "trunc", "abs": "abs", "isnan": "isnan", "isinf": "isinf", "atan2": "atan2",
+    "pow": "pow", "mod": "fmod", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
+    "and": "logical_and", "or": "logical_or", "not": "logical_not", "select": "where", "sigmoid": "sigmoid",
+    "erf": "erf", "rsqrt": "rsqrt",
+}
+
+
+class XpOps:
+    """NumPy or CuPy (a module with NumPy's names)."""
+
+    def __init__(self, xp, erf=None):
+        self.xp = xp
+        self.erf = erf
+
+    def dtype(self, t: ScalarType):
+        from .bind import numpy_dtype
+        return numpy_dtype(t)
+
+    def load(self, a, t: ScalarType):
+        return a.astype(self.dtype(t.compute)) if t.compute != t else a
+
+    def store(self, v, t: ScalarType):
+        return v.astype(self.dtype(t)) if hasattr(v, "astype") else self.xp.asarray(v, self.dtype(t))
+
+    def cast(self, v, src: ScalarType, dst: ScalarType):
+        if dst.is_bool:
+            return v != 0
+        out = v.astype(self.dtype(dst))
+        return out.astype(self.dtype(dst.compute)) if dst.compute != dst else out
+
+    def op(self, name: str, t: ScalarType, args):
+        xp = self.xp
+        if name in ("add", "sub", "mul", "neg"):
+            return _arith(name, args)
+        if name == "div":
+            if t.is_int:
+                raise Unsupported("integer division (C truncation)")
+            return args[0] / args[1]
+        if name in ("min", "max", "clamp"):
+            lo, hi = (xp.fmin, xp.fmax) if t.is_float else (xp.minimum, xp.maximum)
+            if name == "clamp":
+                return lo(hi(args[0], args[1]), args[2])
+            return (lo if name == "min" else hi)(args[0], args[1])
+        if name == "sigmoid":
+            return 1 / (1 + xp.exp(-args[0]))
+        if name == "rsqrt":
+            return 1 / xp.sqrt(args[0])
+        if name == "fma":
+            return args[0] * args[1] + args[2]
+        if name == "erf":
+            if self.erf is None:
+                raise Unsupported("erf")
+            return self.erf(args[0])
+        if name == "pow" and t.is_int:
+            raise Unsupported("integer power")
+        return getattr(xp, _XP_FUNCS[name])(*args)
+
+    def assign(self, target, value):
+        target[...] = value
+
+
+class TorchOps:
+    def __init__(self, torch):
+        self.torch = torch
+
+    def dtype(self, t: ScalarType):
+        names = {"bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+                 "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+        if t.name not in names:
+            raise Unsupported(f"{t} tensors")
+        return getattr(self.torch, names[t.name])
+
+    def load(self, a, t: ScalarType):
+        return a.to(self.dtype(t.compute)) if t.compute != t else a
+
+    def store(self, v, t: ScalarType):
+        return v.to(self.dtype(t)) if isinstance(v, self.torch.Tensor) else self.torch.tensor(v, dtype=self.dtype(t))
+
+    def cast(self, v, src: ScalarType, dst: ScalarType):
+        if dst.is_bool:
+            return v != 0
+        out = v.to(self.dtype(dst))
+        return out.to(self.dtype(dst.compute)) if dst.compute != dst else out
+
+    def op(self, name: str, t: ScalarType, args):
+        torch = self.torch
+        if name in ("add", "sub", "mul", "neg"):
+            return _arith(name, args)
+        if name == "div":
+            return torch.div(args[0], args[1], rounding_mode="trunc") if t.is_int else args[0] / args[1]
+        if name in ("min", "max", "clamp"):
+            lo, hi = (torch.fmin, torch.fmax) if t.is_float else (torch.minimum, torch.maximum)
+            args = [a if isinstance(a, torch.Tensor) else torch.tensor(a) for a in args]
+            if name == "clamp":
+                return lo(hi(args[0], args[1]), args[2])
+            return (lo if name == "min" else hi)(args[0], args[1])
+        if name == "cbrt":
+            return torch.sign(args[0]) * torch.abs(args[0]).pow(1 / 3)
+        if name == "fma":
+            return args[0] * args[1] + args[2]
+        if name == "sigmoid":
+            return 1 / (1 + torch.exp(-args[0]))  # the reference's formula, not torch's
+        if name == "pow" and t.is_int:
+            raise Unsupported("integer power")
+        if name in ("atan2", "pow", "mod", "select") or name in ("lt", "le", "gt", "ge", "eq", "ne"):
+            args = [a if isinstance(a, torch.Tensor) else torch.tensor(a) for a in args]
+        return getattr(torch, _TORCH_FUNCS[name])(*args)
+
+    def assign(self, target, value):
+        target.copy_(value)
+
+
+def _arith(name, args):
+    if name == "neg":
+        return -args[0]
+    a, b = args
+    return a + b if name == "add" else a - b if name == "sub" else a * b
+
+
+def check_supported(graph: StageGraph, ops) -> None:
+    """Raises Unsupported before timing if the peer lacks something the pipeline needs."""
+    for value in graph.values:
+        if hasattr(ops, "torch"):
+            ops.dtype(value.type)
+    for stage in graph.stages:
+        for ins in stage.body.instrs:
+            if ins.op == "div" and ins.type.is_int and not hasattr(ops, "torch"):
+                raise Unsupported("integer division (C truncation)")
+            if ins.op == "erf" and getattr(ops, "erf", True) is None:
+                raise Unsupported("erf")
+            if ins.op == "pow" and ins.type.is_int:
+                raise Unsupported("integer power")
+
+
+def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool = True):
+    """A Python function of the pipeline's parameters: each stage one expression
+    of library calls. In place (`inout` arrays updated, outputs returned), or
+    out of place (every result returned, inout values last), for cupy.fuse."""
+    stages = graph.stages
+    inout_results = [(v, graph.value(v).buffer) for v in graph.results if graph.value(v).role == "inout"]
+    output_results = [v for v in graph.results if graph.value(v).role == "out"]
+    types = {v.name: v.type for v in graph.values}
+
+    def run(*args):
+        env = dict(zip(param_names, args))
+        for name in param_names:
+            if types[name].compute != types[name]:
+                env[name] = ops.load(env[name], types[name])
+        for stage in stages:
+            vals = []
+            for ins in stage.body.instrs:
+                operands = [vals[a] for a in ins.args]
+                if ins.op == "load":
+                    vals.append(env[ins.attr])
+                elif ins.op == "const":
+                    vals.append(ins.attr)  # a Python number: weak, it takes the other operand's type
+                elif ins.op == "cast":
+                    vals.append(ops.cast(operands[0], stage.body.instrs[ins.args[0]].type, ins.type))
+                else:
+                    vals.append(ops.op(ins.op, ins.type, operands))
+            for out, result in zip(stage.outputs, stage.body.results):
+                t = types[out]
+                stored = ops.store(vals[result], t)  # rounded to its type, as a store does
+                env[out] = ops.load(stored, t) if t.compute != t else stored
+        outputs = [ops.store(env[v], types[v]) for v in output_results]
+        finals = [ops.store(env[v], types[v]) for v, _ in inout_results]
+        if not in_place:
+            return tuple(outputs + finals) if len(outputs) + len(finals) != 1 else (outputs + finals)[0]
+        for (_, buffer), value in zip(inout_results, finals):
+            ops.assign(args[param_names.index(buffer)], value)
+        return tuple(outputs) if len(outputs) != 1 else outputs[0] if outputs else None
+
+    return run
