@@ -262,7 +262,8 @@ class Bench:
         launch = []
         for p in kernel_params(kernel):
             value = values.get(p.key) if p.kind in ("array", "scalar") else n
-            launch.append(_converter(p)(value) if p.kind != "array" else value)
+            convert = _converter(p)
+            launch.append(value if convert is None else convert(value))
         return tuple(launch)
 
 

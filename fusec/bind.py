@@ -106,3 +106,21 @@ def check_scalar(p: Slot, value) -> object:
         raise ArgumentError(f"parameter '{p.name}' is {t}; got a complex number")
     with np.errstate(over="ignore"):  # a scalar holds a value of its type: round it (1e6 as f16 is inf)
         return float(np.asarray(value, numpy_dtype(t)))
+
+
+def scalar_checker(p: Slot):
+    """A fast `check_scalar` for one parameter: plain Python numbers of the
+    right kind take a short path; anything else the full check."""
+    t = p.type
+    if t.is_float and t.compute == t:  # f32, f64: the launch rounds to the parameter's type
+        def check(value):
+            return value if type(value) is float else check_scalar(p, value)
+    elif t.is_int:
+        lo, hi = INT_RANGE[t]
+
+        def check(value):
+            return value if type(value) is int and lo <= value <= hi else check_scalar(p, value)
+    else:
+        def check(value):
+            return check_scalar(p, value)
+    return check

@@ -125,20 +125,22 @@ class CudaBackend:
         self.compiled = compiled
         self.arch = arch or device_arch()
         module = load_module(compiled.cuda, self.arch)
-        self.kernels = {}
+        self.kernels = {}   # variant name -> (function, block)
+        self.launchers = {}  # kernel name -> (converters, (scalar variant, vector variant))
         for kernel in compiled.plan.kernels:
-            converters = [_converter(p) for p in kernel_params(kernel)]
             for name in variant_names(kernel):
                 function = module.get_function(name)
                 # The block is as large as the kernel's real register use allows.
                 block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
-                self.kernels[name] = (function, converters, block)
+                self.kernels[name] = (function, block)
+            converters = [_converter(p) for p in kernel_params(kernel)]
+            self.launchers[kernel.name] = (converters, tuple(self.kernels[n] for n in variant_names(kernel)))
 
     def attributes(self, kernel_name: str) -> dict:
         """What the compiled kernel really uses, for the report."""
         out = {"arch": self.arch}
         for variant, suffix in zip(variant_names(self._plan_kernel(kernel_name)), ("", "_vector")):
-            function, _, block = self.kernels[variant]
+            function, block = self.kernels[variant]
             out |= {f"num_regs{suffix}": function_attribute(function, _NUM_REGS),
                     f"local_size_bytes{suffix}": function_attribute(function, _LOCAL_SIZE_BYTES),
                     f"block{suffix}": block}
@@ -148,6 +150,19 @@ class CudaBackend:
         return next(k for k in self.compiled.plan.kernels if k.name == name)
 
     # ---- the Backend protocol
+    def array_checker(self, param: Slot):
+        """The common case (a contiguous CuPy array of the right dtype on this
+        device) in a few attribute reads; anything else the full check."""
+        ndarray, expected, device = self.cp.ndarray, numpy_dtype(param.type), self.device
+        written = param.role in ("inout", "out")
+
+        def check(value):
+            if type(value) is ndarray and value.dtype == expected and value.data.device_id == device \
+                    and value._c_contiguous and not (written and 0 in value._strides):
+                return value
+            return self.check_array(param, value)
+        return check
+
     def check_array(self, param: Slot, value):
         cp = self.cp
         if isinstance(value, np.ndarray):
@@ -185,6 +200,9 @@ class CudaBackend:
         start = array.data.ptr
         return start, start + array.nbytes
 
+    def pointer(self, array) -> int:
+        return array.data.ptr
+
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
 
@@ -202,22 +220,20 @@ class CudaBackend:
                             f"got {type(value).__name__}")
 
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        function, converters, block = self.kernels[variant_names(kernel)[vector]]
-        converted = tuple(convert(a) for convert, a in zip(converters, args))
+        converters, variants = self.launchers[kernel.name]
+        function, block = variants[vector]
+        converted = tuple(a if convert is None else convert(a) for convert, a in zip(converters, args))
         threads = -(-n // kernel.vector) if vector else n
         function((-(-threads // block),), (block,), converted, stream=stream)
 
 
 def _converter(param):
+    """How a launch argument becomes a kernel parameter (None: as it is, an array)."""
     if param.kind == "array":
-        return _identity
+        return None
     if param.kind == "scalar":
         return _SCALAR_TYPES[param.type.name]
     return np.int64
-
-
-def _identity(x):
-    return x
 
 
 @functools.cache

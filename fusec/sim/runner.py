@@ -106,8 +106,14 @@ class SimBackend:
             raise ArgumentError(f"parameter '{param.name}': the sim backend takes NumPy arrays, got {kind}")
         return check_host_array(param, value)
 
+    def array_checker(self, param: Slot):
+        return lambda value: self.check_array(param, value)
+
     def span(self, array: np.ndarray) -> tuple[int, int]:
         return host_span(array)
+
+    def pointer(self, array: np.ndarray) -> int:
+        return array.__array_interface__["data"][0]
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
