@@ -6,13 +6,14 @@ checked against their declared kinds, and each mistake raises an
 """
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
 
 from .errors import ArgumentError
 from .ir import Pipeline, Shape, Slot, fmt_shape
-from .types import INT_RANGE, ScalarType
+from .types import BY_NAME, INT_RANGE, ScalarType
 
 
 def numpy_dtype(t: ScalarType) -> np.dtype:
@@ -104,8 +105,15 @@ def check_scalar(p: Slot, value) -> object:
         return int(value)
     if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
         raise ArgumentError(f"parameter '{p.name}' is {t}; got a complex number")
-    with np.errstate(over="ignore"):  # a scalar holds a value of its type: round it (1e6 as f16 is inf)
-        return float(np.asarray(value, numpy_dtype(t)))
+    return _rounded(t.name, float(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rounded(type_name: str, value: float) -> float:
+    """A float rounded to a scalar type (1e6 as f16 is inf); cached, since a
+    pipeline's scalars (a learning rate, a scale) repeat from call to call."""
+    with np.errstate(over="ignore"):
+        return float(np.asarray(value, numpy_dtype(BY_NAME[type_name])))
 
 
 def scalar_checker(p: Slot):

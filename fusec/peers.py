@@ -176,8 +176,8 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
     def run(*args):
         env = dict(zip(param_names, args))
         for name in param_names:
-            if types[name].compute != types[name]:
-                env[name] = ops.load(env[name], types[name])
+            if types[name].compute != types[name] and graph.value(name).shape is not None:
+                env[name] = ops.load(env[name], types[name])  # scalars are Python numbers already
         for stage in stages:
             vals = []
             for ins in stage.body.instrs:

@@ -222,9 +222,12 @@ class CudaBackend:
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         converters, variants = self.launchers[kernel.name]
         function, block = variants[vector]
-        converted = tuple(a if convert is None else convert(a) for convert, a in zip(converters, args))
+        converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
         threads = -(-n // kernel.vector) if vector else n
-        function((-(-threads // block),), (block,), converted, stream=stream)
+        if stream is None:
+            function((-(-threads // block),), (block,), converted)
+        else:
+            function((-(-threads // block),), (block,), converted, stream=stream)
 
 
 def _converter(param):

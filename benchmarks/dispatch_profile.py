@@ -1,0 +1,42 @@
+"""Where a fusec call's host time goes, at 4096 elements: the parts timed alone,
+then cProfile of the whole call. Run: PYTHONPATH=. python3 benchmarks/dispatch_profile.py"""
+import cProfile
+import pstats
+import time
+
+import cupy as cp
+import numpy as np
+
+import fusec
+
+
+def per_call(fn, iters=20000):
+    for _ in range(100):
+        fn()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    cp.cuda.Device().synchronize()
+    return (time.perf_counter() - start) * 1e6 / iters
+
+
+f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
+x = cp.ones(4096, cp.float32)
+y = f(x, 1.5, -0.25)
+backend = f._runner.backend
+kernel = f.compiled.plan.kernels[0]
+function, block = backend.kernels[f"{kernel.name}_v{kernel.vector}"]
+args = [x, y, np.float32(1.5), np.float32(-0.25), np.int64(4096)]
+raw = cp.RawKernel(f.cuda_source, f"{kernel.name}_v{kernel.vector}")
+print(f"| whole call f(x, s, b) | {per_call(lambda: f(x, 1.5, -0.25)):.2f} µs |")
+print(f"| f(x, s, b, out=y) | {per_call(lambda: f(x, 1.5, -0.25, out=y)):.2f} µs |")
+print(f"| cupy.empty(4096) | {per_call(lambda: cp.empty(4096, cp.float32)):.2f} µs |")
+print(f"| Function call, prepared arguments | {per_call(lambda: function((4,), (256,), args)):.2f} µs |")
+print(f"| cupy.RawKernel call, prepared arguments | {per_call(lambda: raw((4,), (256,), args)):.2f} µs |")
+print(f"| executor without the launch | ", end="")
+launch = backend.launch
+backend.launch = lambda *a: None
+print(f"{per_call(lambda: f(x, 1.5, -0.25)):.2f} µs |")
+backend.launch = launch
+cProfile.run("for _ in range(20000): f(x, 1.5, -0.25)", "/tmp/dispatch.prof")
+pstats.Stats("/tmp/dispatch.prof").sort_stats("tottime").print_stats(14)
