@@ -241,7 +241,6 @@ class Bench:
         """Host µs per call at `size`: fusec (allocating, and with out=) against a bare CuPy launch."""
         cp = self.cp
         args = make_args(cp, self.pipeline, dims_for(self.pipeline, size), seed=7)
-        backend = self.fused._runner.backend
         kernel = self.fused.compiled.plan.kernels[0]
         rows = [Row(self.name, self.float_type, size, "host: fusec call", time_host(cp, lambda: self.fused(*args)))]
         if len(self.fused.compiled.plan.kernels) == 1 and self.pipeline.outputs:

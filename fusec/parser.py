@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, Tree, v_args
+from lark import Lark, Token, Transformer, Tree, __version__ as lark_version, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast
+from .cachedir import cache_dir
 from .errors import Diagnostic, FzError, Loc, Source
 
 # Deepest syntax tree accepted. An expression level costs a few tree levels,
@@ -31,7 +32,15 @@ _CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
 @functools.cache
 def _lark() -> Lark:
     grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
-    return Lark(grammar, parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True)
+    options = dict(parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True)
+    # Building the LALR tables takes ~250 ms; Lark keeps them on disk, keyed on
+    # the grammar and options, so later processes load them in a few ms.
+    cache = cache_dir("grammar")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        return Lark(grammar, cache=str(cache / f"fz-lark-{lark_version}.tmp"), **options)
+    except OSError:  # a read-only home: build the tables in memory
+        return Lark(grammar, **options)
 
 
 def read_source(path: str) -> Source:

@@ -9,6 +9,7 @@ import functools
 
 import jinja2
 
+from ..cachedir import cache_dir
 from ..ir import fmt_shape
 from ..plan import Access, Kernel, ModulePlan, kernel_params, needs_coordinates
 from .cexpr import (HELPERS, cast_expr, compute_type, const, load_expr, op_expr, scalar_param_type,
@@ -18,8 +19,16 @@ from .names import Namer
 
 @functools.cache
 def environment() -> jinja2.Environment:
+    # Compiled templates are kept on disk (Jinja2 keys them on the template's source).
+    cache = cache_dir("templates")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        bytecode = jinja2.FileSystemBytecodeCache(str(cache))
+    except OSError:
+        bytecode = None
     return jinja2.Environment(loader=jinja2.PackageLoader("fusec", "templates"), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              bytecode_cache=bytecode)
 
 
 def emit_module(plan: ModulePlan, source_name: str) -> str:

@@ -9,11 +9,11 @@ broadcast must be equal at call time (`ir.DimEq`); only a literal 1 broadcasts.
 from __future__ import annotations
 
 from .. import ast
-from ..errors import Diagnostics, FzError, Loc, Source
+from ..errors import Diagnostics, Loc, Source
 from ..ir import (Apply, BodyBuilder, Dim, DimEq, Instr, Pipeline, Program, Repeat, Shape, Slot, StageFn, Stmt,
                   fmt_shape)
 from ..types import BY_NAME, ScalarType
-from .check_expr import POISON, ExprChecker, Strong, Typed, Weak, default_type
+from .check_expr import POISON, ExprChecker, Strong, Typed, default_type
 
 MAX_DIM = 1 << 62
 

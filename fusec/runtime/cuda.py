@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import __version__
 from ..bind import numpy_dtype
+from ..cachedir import cache_dir
 from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
@@ -43,11 +44,6 @@ def cupy():
 
 def device_arch() -> str:
     return "sm_" + cupy().cuda.Device().compute_capability
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("FUSEC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusec")
-    return Path(base) / "cuda"
 
 
 @functools.cache
@@ -74,7 +70,7 @@ def compile_module(source: str, arch: str, native: bool) -> bytes:
     options = OPTIONS + (f"-arch={target}", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
     version = ".".join(map(str, nvrtc.getVersion()))
     key = hashlib.sha256("\0".join((source, *options, __version__, version)).encode()).hexdigest()
-    path = cache_dir() / f"{key[:32]}.{'cubin' if native else 'ptx'}"
+    path = cache_dir("cuda") / f"{key[:32]}.{'cubin' if native else 'ptx'}"
     if path.exists():
         return path.read_bytes()
     program = nvrtc.createProgram(source, "fusec_module.cu", [], [])

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..bind import numpy_dtype
+from ..cachedir import cache_dir
 from ..codegen.cexpr import scalar_param_type, storage_type
 from ..codegen.emit import environment
 from ..compiler import Compiled
@@ -34,11 +35,6 @@ _CTYPES = {"bool": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i
            "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
            "u64": ctypes.c_uint64, "f16": ctypes.c_float, "bf16": ctypes.c_float, "f32": ctypes.c_float,
            "f64": ctypes.c_double}
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("FUSEC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "fusec")
-    return Path(base) / "sim"
 
 
 def cuda_include_dir() -> str | None:
@@ -85,7 +81,7 @@ class SimBackend:
         include = cuda_include_dir()
         command = ["g++", *CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
         key = hashlib.sha256("\0".join([compiled.cuda, launcher, SHIM.read_text(), *command]).encode()).hexdigest()
-        folder = cache_dir() / key[:24]
+        folder = cache_dir("sim") / key[:24]
         library = folder / "module.so"
         if library.exists():
             return library
