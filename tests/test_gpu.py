@@ -4,7 +4,6 @@ Every example through fusec.jit, fused and unfused, against the NumPy
 reference on fresh random data, in each float type the example allows; then
 interop, streams, the decorator, the caches and the errors only a GPU has."""
 import os
-import re
 import subprocess
 import sys
 
@@ -12,8 +11,8 @@ import numpy as np
 import pytest
 
 import fusec
-from fusec.errors import ArgumentError, Source
-from fusec.frontend import check_source
+from fusec.bench import retype
+from fusec.errors import ArgumentError
 from fusec.jit import Pipeline
 from fusec.reference import run as reference
 
@@ -29,10 +28,7 @@ SIZES = [1, 3, 1000, 2 ** 20 + 3]
 
 def variant(path, float_type):
     """The example with its float type replaced (every example computes in one float type)."""
-    code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
-    found = sorted({t for t in FLOATS if re.search(rf"\b{t}\b", code)})
-    assert len(found) == 1, (path, found)
-    return check_source(Source(f"{path.stem}[{float_type}]", re.sub(rf"\b{found[0]}\b", float_type, code)))
+    return retype(path.read_text(), float_type, path.stem)
 
 
 def to_device(a):
