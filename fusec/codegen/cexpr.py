@@ -35,6 +35,12 @@ def scalar_param_type(t: ScalarType) -> str:
 
 
 def const(value, t: ScalarType) -> str:
+    """A literal of type t; a negative one parenthesized, so `-x` of it cannot read as `--`."""
+    text = _const(value, t)
+    return f"({text})" if text.startswith("-") else text
+
+
+def _const(value, t: ScalarType) -> str:
     if t.is_bool:
         return "true" if value else "false"
     if t.is_int:

@@ -107,6 +107,7 @@ class _KernelEmitter:
     def _vector_variant(self) -> dict:
         k, width = self.k, self.k.vector
         namer = self._local_namer()
+        lane = namer.fresh("k")  # the element within the vector
         vec = {}
         pre, loads = [], {}
         inner = len(k.extents) - 1
@@ -116,7 +117,7 @@ class _KernelEmitter:
                 vec[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_v")
                 pre.append(f"const fz_vec<{storage_type(a.type)}, {width}> {vec[a.value]} = "
                            f"*reinterpret_cast<const fz_vec<{storage_type(a.type)}, {width}>*>({ptr});")
-                loads[a.value] = load_expr(a.type, f"{vec[a.value]}.v[k]")
+                loads[a.value] = load_expr(a.type, f"{vec[a.value]}.v[{lane}]")
             else:  # the same element for the whole vector: one load
                 name = namer.fresh(f"{self.buffers[a.buffer]}_s")
                 pre.append(f"const {storage_type(a.type)} {name} = {self.buffers[a.buffer]}[{self.index(a)}];")
@@ -124,7 +125,7 @@ class _KernelEmitter:
         out_vec = {a.value: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in k.stores}
         declare = [f"fz_vec<{storage_type(a.type)}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
         lines, refs = self._computation(loads, namer)
-        lines += [f"{out_vec[a.value]}.v[k] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
+        lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
         stores = [f"*reinterpret_cast<fz_vec<{storage_type(a.type)}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                   f"= {out_vec[a.value]};" for a, _ in k.stores]
         tail = None
@@ -133,7 +134,8 @@ class _KernelEmitter:
             j = tail_namer.fresh("j")
             tail = {"j": j, **self._scalar_body(j, tail_namer)}
         self.helpers.add("vec")
-        return {"name": f"{k.name}_v{width}", "vector": width, "params": self.decls, "i": self.i, "n": self.n,
+        return {"name": f"{k.name}_v{width}", "vector": width, "lane": lane, "params": self.decls, "i": self.i,
+                "n": self.n,
                 "coords": self.coords, "pre": pre, "declare": declare, "lines": lines, "stores": stores,
                 "tail": tail}
 

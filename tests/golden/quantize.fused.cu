@@ -26,9 +26,9 @@ extern "C" __global__ void quantize_k0(
     const float v1 = v0 * inv_scale;
     const float v2 = rintf(v1);
     const bool v3 = v2 > 127.0f;
-    const bool v4 = v2 < -127.0f;
+    const bool v4 = v2 < (-127.0f);
     const bool v5 = v3 || v4;
-    const float v6 = fminf(fmaxf(v2, -127.0f), 127.0f);
+    const float v6 = fminf(fmaxf(v2, (-127.0f)), 127.0f);
     const signed char v7 = fz_f2i<signed char>(v6, (signed char)-128, (signed char)127);
     clipped[i] = v5;
     q[i] = v7;
@@ -54,9 +54,9 @@ extern "C" __global__ void quantize_k0_v4(
             const float v1 = v0 * inv_scale;
             const float v2 = rintf(v1);
             const bool v3 = v2 > 127.0f;
-            const bool v4 = v2 < -127.0f;
+            const bool v4 = v2 < (-127.0f);
             const bool v5 = v3 || v4;
-            const float v6 = fminf(fmaxf(v2, -127.0f), 127.0f);
+            const float v6 = fminf(fmaxf(v2, (-127.0f)), 127.0f);
             const signed char v7 = fz_f2i<signed char>(v6, (signed char)-128, (signed char)127);
             clipped_out.v[k] = v5;
             q_out.v[k] = v7;
@@ -70,9 +70,9 @@ extern "C" __global__ void quantize_k0_v4(
             const float v1 = v0 * inv_scale;
             const float v2 = rintf(v1);
             const bool v3 = v2 > 127.0f;
-            const bool v4 = v2 < -127.0f;
+            const bool v4 = v2 < (-127.0f);
             const bool v5 = v3 || v4;
-            const float v6 = fminf(fmaxf(v2, -127.0f), 127.0f);
+            const float v6 = fminf(fmaxf(v2, (-127.0f)), 127.0f);
             const signed char v7 = fz_f2i<signed char>(v6, (signed char)-128, (signed char)127);
             clipped[j] = v5;
             q[j] = v7;

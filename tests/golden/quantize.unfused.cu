@@ -69,7 +69,7 @@ extern "C" __global__ void quantize_k1_clipped(
     if (i >= n) return;
     const float v0 = r[i];
     const bool v1 = v0 > 127.0f;
-    const bool v2 = v0 < -127.0f;
+    const bool v2 = v0 < (-127.0f);
     const bool v3 = v1 || v2;
     clipped[i] = v3;
 }
@@ -89,7 +89,7 @@ extern "C" __global__ void quantize_k1_clipped_v4(
         for (int k = 0; k < 4; ++k) {
             const float v0 = r_v.v[k];
             const bool v1 = v0 > 127.0f;
-            const bool v2 = v0 < -127.0f;
+            const bool v2 = v0 < (-127.0f);
             const bool v3 = v1 || v2;
             clipped_out.v[k] = v3;
         }
@@ -99,7 +99,7 @@ extern "C" __global__ void quantize_k1_clipped_v4(
         for (long long j = i; j < n; ++j) {
             const float v0 = r[j];
             const bool v1 = v0 > 127.0f;
-            const bool v2 = v0 < -127.0f;
+            const bool v2 = v0 < (-127.0f);
             const bool v3 = v1 || v2;
             clipped[j] = v3;
         }
@@ -116,7 +116,7 @@ extern "C" __global__ void quantize_k2_q(
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v0 = r[i];
-    const float v1 = fminf(fmaxf(v0, -127.0f), 127.0f);
+    const float v1 = fminf(fmaxf(v0, (-127.0f)), 127.0f);
     const signed char v2 = fz_f2i<signed char>(v1, (signed char)-128, (signed char)127);
     q[i] = v2;
 }
@@ -135,7 +135,7 @@ extern "C" __global__ void quantize_k2_q_v4(
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const float v0 = r_v.v[k];
-            const float v1 = fminf(fmaxf(v0, -127.0f), 127.0f);
+            const float v1 = fminf(fmaxf(v0, (-127.0f)), 127.0f);
             const signed char v2 = fz_f2i<signed char>(v1, (signed char)-128, (signed char)127);
             q_out.v[k] = v2;
         }
@@ -144,7 +144,7 @@ extern "C" __global__ void quantize_k2_q_v4(
 #pragma unroll 1
         for (long long j = i; j < n; ++j) {
             const float v0 = r[j];
-            const float v1 = fminf(fmaxf(v0, -127.0f), 127.0f);
+            const float v1 = fminf(fmaxf(v0, (-127.0f)), 127.0f);
             const signed char v2 = fz_f2i<signed char>(v1, (signed char)-128, (signed char)127);
             q[j] = v2;
         }
