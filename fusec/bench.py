@@ -134,7 +134,7 @@ extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __r
 
 
 class Bench:
-    def __init__(self, program: Program, name: str, float_type: str, *, graph: bool = False):
+    def __init__(self, program: Program, name: str, float_type: str):
         import cupy as cp
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type

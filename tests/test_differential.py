@@ -77,3 +77,43 @@ def test_random_programs_sim_equals_reference_exactly(source, seed):
         for g, e in zip(got, expected):
             assert g.dtype == e.dtype
             np.testing.assert_array_equal(g, e, err_msg=f"fuse={fuse}\n{source}")
+
+
+@st.composite
+def broadcasting_programs(draw):
+    f = floats(integers())
+    pick = st.sampled_from(["a", "r", "f32(col)", "f32(x)", "f32(h)", "s"])
+    body = [
+        f"    u = {draw(pick)} * {draw(f)} + {draw(pick)};",
+        f"    v = f64(u) * x + {draw(st.sampled_from(['x', '1.5', 'f64(s)']))};",
+        f"    h = bf16(u) * h + {draw(pick)};",
+        f"    out64 = v / (x + 3.0);",
+        f"    col16 = col * f16({draw(f)});",
+    ]
+    return ("pipeline p(a: f32[m, n], r: f32[m, 1], col: f16[n], x: f64[n], inout h: bf16[m, n], s: f32,\n"
+            "           b: f16[n], c: i32[n], k: i32)\n"
+            "    -> (out64: f64[m, n], col16: f16[m, n]) {\n" + "\n".join(body) + "\n}\n")
+
+
+def broadcast_arguments(seed: int, m: int, n: int):
+    import ml_dtypes
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((m, 1)).astype(np.float32),
+            rng.standard_normal(n).astype(np.float16), rng.standard_normal(n),
+            rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16), 0.5,
+            rng.standard_normal(n).astype(np.float16), rng.integers(-9, 10, n).astype(np.int32), 2]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(broadcasting_programs(), st.integers(0, 1000), st.sampled_from([(3, 8), (2, 16), (5, 7), (1, 1)]))
+def test_broadcasting_mixed_types_and_inout_exactly(source, seed, shape):
+    program = check_source(Source("random.fz", source))
+    expected_args = broadcast_arguments(seed, *shape)
+    expected = reference(program, "p", *expected_args)
+    for fuse in (True, False):
+        args = broadcast_arguments(seed, *shape)
+        got = Pipeline(program, "p", fuse=fuse, backend="sim")(*args)
+        for g, e in list(zip(got, expected)) + [(args[4], expected_args[4])]:
+            assert g.dtype == e.dtype and g.shape == e.shape
+            np.testing.assert_array_equal(g.astype(np.float64), e.astype(np.float64),
+                                          err_msg=f"fuse={fuse} shape={shape}\n{source}")

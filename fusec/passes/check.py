@@ -117,7 +117,7 @@ class _StageChecker:
                 diags.error(stmt.loc, "statement after 'return'")
                 break
             if isinstance(stmt, ast.Let):
-                self._bind(stmt.name, self.exprs.check(stmt.value), stmt.loc, "local")
+                self._bind(stmt.name, self.exprs.check(stmt.value), stmt.loc)
             elif isinstance(stmt, ast.Return):
                 returned = True
                 if d.named_results:
@@ -147,7 +147,7 @@ class _StageChecker:
             self.diags.error(p.type.loc, f"a {what} is a scalar; stages are applied elementwise, so drop the dims")
         return resolve_type(p.type, self.diags)
 
-    def _bind(self, name: str, value: Typed, loc: Loc, what: str) -> None:
+    def _bind(self, name: str, value: Typed, loc: Loc) -> None:
         if name in self.env:
             self.diags.error(loc, f"'{name}' is already defined in stage '{self.d.name}'")
         else:
