@@ -178,17 +178,18 @@ class _KernelEmitter:
         names = {j: self.namer.fresh(f"c{j}") for j in sorted(needed)}
         lines, rest = [f"// coordinates of {i} in the collapsed space "
                        f"[{', '.join(' * '.join(map(str, e)) for e in self.k.extents)}]"], i
+        self.helpers.add("index")
         for j in range(m - 1, 0, -1):
             if j in needed:
-                lines.append(f"const long long {names[j]} = {rest} % {extent_names[j]};")
+                lines.append(f"const long long {names[j]} = fz_rem({rest}, {extent_names[j]});")
             if not any(k < j for k in needed):
                 break
             if j > 1:
                 quotient = self.namer.fresh(f"r{j}")
-                lines.append(f"const long long {quotient} = {rest} / {extent_names[j]};")
+                lines.append(f"const long long {quotient} = fz_quot({rest}, {extent_names[j]});")
                 rest = quotient
             else:
-                rest = f"{rest} / {extent_names[j]}"
+                rest = f"fz_quot({rest}, {extent_names[j]})"
         if 0 in needed:
             lines.append(f"const long long {names[0]} = {rest};")
         return lines, names

@@ -6,6 +6,16 @@
 // N elements moved as one aligned access (16 bytes for the widest array).
 template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+// Coordinates of a flat index: 32-bit division where both operands fit, which
+// costs a fraction of 64-bit division on the GPU (indices are never negative).
+__device__ __forceinline__ long long fz_quot(long long a, long long b)
+{
+    return ((unsigned long long)(a | b) >> 32) == 0 ? (long long)((unsigned)a / (unsigned)b) : a / b;
+}
+__device__ __forceinline__ long long fz_rem(long long a, long long b)
+{
+    return ((unsigned long long)(a | b) >> 32) == 0 ? (long long)((unsigned)a % (unsigned)b) : a % b;
+}
 
 // bias_gelu_k0_h: h over [rows, cols]
 // reads h, b (broadcast); writes h; estimated 15 registers
@@ -18,7 +28,7 @@ extern "C" __global__ void bias_gelu_k0_h(
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     // coordinates of i in the collapsed space [rows, cols]
-    const long long c1 = i % e1;
+    const long long c1 = fz_rem(i, e1);
     const float v0 = __half2float(h[i]);
     const float v1 = __half2float(b[c1]);
     const float v2 = v0 + v1;
@@ -36,7 +46,7 @@ extern "C" __global__ void bias_gelu_k0_h_v8(
     const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
     // coordinates of i in the collapsed space [rows, cols]
-    const long long c1 = i % e1;
+    const long long c1 = fz_rem(i, e1);
     if (i + 8 <= n) {
         const fz_vec<__half, 8> h_v = *reinterpret_cast<const fz_vec<__half, 8>*>(h + i);
         const fz_vec<__half, 8> b_v = *reinterpret_cast<const fz_vec<__half, 8>*>(b + c1);
