@@ -1,9 +1,9 @@
 import shutil
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))
 
 

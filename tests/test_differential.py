@@ -87,7 +87,7 @@ def broadcasting_programs(draw):
         f"    u = {draw(pick)} * {draw(f)} + {draw(pick)};",
         f"    v = f64(u) * x + {draw(st.sampled_from(['x', '1.5', 'f64(s)']))};",
         f"    h = bf16(u) * h + {draw(pick)};",
-        f"    out64 = v / (x + 3.0);",
+        "    out64 = v / (x + 3.0);",
         f"    col16 = col * f16({draw(f)});",
     ]
     return ("pipeline p(a: f32[m, n], r: f32[m, 1], col: f16[n], x: f64[n], inout h: bf16[m, n], s: f32,\n"

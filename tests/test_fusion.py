@@ -135,3 +135,11 @@ def test_bench_retypes_a_program():
     program = retype((ROOT / "examples/bias_gelu.fz").read_text(), "bf16", "bias_gelu")
     assert {s.type.name for s in program.pipelines[0].slots} == {"bf16"}
     assert dims_for(program.pipelines[0], 2 ** 20) == {"rows": 256, "cols": 4096}
+
+
+def test_repeat_is_checked_but_not_yet_compiled(tmp_path, run_cli):
+    path = tmp_path / "r.fz"
+    path.write_text("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n    y = x;\n    repeat k { y = y * 0.5; }\n}\n")
+    assert run_cli("check", str(path))[0] == 0
+    code, _, err = run_cli("compile", str(path))
+    assert code == 1 and f"{path}:3:5: error: code generation for 'repeat' is not implemented yet" in err

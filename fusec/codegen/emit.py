@@ -32,7 +32,7 @@ def environment() -> jinja2.Environment:
 
 
 def emit_module(plan: ModulePlan, source_name: str) -> str:
-    emitters = [_KernelEmitter(plan, k, Namer()) for k in plan.kernels]
+    emitters = [_KernelEmitter(k, Namer()) for k in plan.kernels]
     kernels = [e.render() for e in emitters]
     helpers = sorted({h for e in emitters for h in e.helpers})
     types = {a.type.name for k in plan.kernels for a in list(k.loads) + [s for s, _ in k.stores]}
@@ -47,8 +47,8 @@ class _KernelEmitter:
     """One kernel, in two variants: one element per thread (any alignment), and
     one 16-byte vector per array per thread (aligned arrays; see `vector_ok`)."""
 
-    def __init__(self, plan: ModulePlan, kernel: Kernel, namer: Namer):
-        self.plan, self.k, self.namer = plan, kernel, namer
+    def __init__(self, kernel: Kernel, namer: Namer):
+        self.k, self.namer = kernel, namer
         self.helpers: set[str] = set()
         params = kernel_params(kernel)
         self.buffers = {p.key: namer.user(p.key) for p in params if p.kind == "array"}

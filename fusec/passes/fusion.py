@@ -46,6 +46,10 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions))
 
     producer = {v: i for i, s in enumerate(stages) for v in s.outputs}
+    readers: dict[str, set[int]] = {}
+    for j, s in enumerate(stages):
+        for v in s.reads():
+            readers.setdefault(v, set()).add(j)
     groups: list[list[int]] = []
     decisions: list[Decision] = []
     for i, stage in enumerate(stages):
@@ -57,7 +61,7 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
                 refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
                                 f"{fmt_shape(members[0].shape)}")
             else:
-                candidate = build_kernel(graph, members + [stage], _stored(graph, groups[k] + [i]))
+                candidate = build_kernel(graph, members + [stage], _stored(graph, readers, groups[k] + [i]))
                 if candidate.est_regs > options.max_regs:
                     refusals.append(f"not fused with k{k}: estimated {candidate.est_regs} registers "
                                     f"> budget {options.max_regs}")
@@ -77,16 +81,13 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         else:
             groups[joined].append(i)
             decisions.extend(Decision(stage.name, joined, False, r) for r in refusals)
-    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, g) for g in groups), tuple(decisions))
+    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, readers, g) for g in groups),
+                     tuple(decisions))
 
 
-def _stored(graph: StageGraph, group: list[int]) -> frozenset[str]:
-    """Values produced in the group that must reach memory."""
+def _stored(graph: StageGraph, readers: dict[str, set[int]], group: list[int]) -> frozenset[str]:
+    """Values produced in the group that must reach memory (`readers`: value -> stages reading it)."""
     inside = set(group)
-    readers: dict[str, set[int]] = {}
-    for j, s in enumerate(graph.stages):
-        for v in s.reads():
-            readers.setdefault(v, set()).add(j)
     produced = [v for j in group for v in graph.stages[j].outputs]
     return frozenset(v for v in produced if v in graph.results or readers.get(v, set()) - inside)
 
