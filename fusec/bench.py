@@ -134,13 +134,16 @@ extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __r
 
 
 class Bench:
-    def __init__(self, program: Program, name: str, float_type: str):
+    def __init__(self, program: Program, name: str, float_type: str, graph: bool = False):
         import cupy as cp
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type
         self.pipeline = program.pipeline(name)
         self.fused = Pipeline(program, name, fuse=True, backend="cuda")
         self.unfused = Pipeline(program, name, fuse=False, backend="cuda")
+        # With graph=True, both forms again, each call one CUDA graph replay.
+        self.graphs = {f"fusec {form}, graph": Pipeline(program, name, fuse=form == "fused", backend="cuda", graph=True)
+                       for form in ("fused", "unfused")} if graph else {}
         self.copy = cp.RawKernel(_COPY, "fz_copy16")
         self.peers = self._peers()
 
@@ -208,6 +211,8 @@ class Bench:
         times = {"copy (16-byte, the limit)": time_gpu(cp, lambda: self.copy(blocks, (256,), (src, dst, np.int64(words))))}
         times["fusec fused"] = time_gpu(cp, lambda: self.fused(*args))
         times["fusec unfused"] = time_gpu(cp, lambda: self.unfused(*args))
+        for label, pipeline in self.graphs.items():
+            times[label] = time_gpu(cp, lambda: pipeline(*args))
         notes = {}
         for name, (fn, note) in self.peers.items():
             notes[name] = note

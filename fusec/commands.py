@@ -98,6 +98,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="OUT.json", help="also write the rows as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="draw TB/s against size for each variant (matplotlib)")
     p.add_argument("--dispatch", action="store_true", help="also time host µs per call at 4096 elements")
+    p.add_argument("--graph", action="store_true", help="also time both forms replayed as one CUDA graph a call")
 
 
 def run_bench(args) -> int:
@@ -118,11 +119,11 @@ def run_bench(args) -> int:
         float_type = args.dtype or "as written"
         if args.dtype:
             program = bench.retype(source.text, args.dtype, Path(args.file).stem)
-        runner = bench.Bench(program, name, float_type)
+        runner = bench.Bench(program, name, float_type, graph=args.graph)
         runner.check(2 ** 16 + 3)
         for size in args.sizes:
             rows += runner.run(size)
-            print(bench.format_rows(rows[-len(runner.peers) - 3:]), flush=True)
+            print(bench.format_rows(rows[-len(runner.peers) - 3 - len(runner.graphs):]), flush=True)
         if args.dispatch:
             rows += runner.dispatch()
     print()

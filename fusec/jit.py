@@ -19,7 +19,7 @@ from .ir import Program
 from .passes.fusion import DEFAULT_MAX_REGS
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
-_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline")
+_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline", "graph")
 
 
 def jit(x=None, /, **options):
@@ -64,15 +64,17 @@ class Pipeline:
     (or by name); it returns its outputs and updates `inout` arrays in place."""
 
     def __init__(self, program: Program, name: str, *, fuse: bool = True, backend: str = "auto",
-                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None):
+                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None, graph: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         self.program, self.name = program, name
-        self.fuse, self.max_regs, self.arch = bool(fuse), max_regs, arch
+        self.fuse, self.max_regs, self.arch, self.graph = bool(fuse), max_regs, arch, bool(graph)
         self.backend = _resolve_backend(backend)
+        if self.graph and self.backend != "cuda":
+            raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
 
     def __repr__(self) -> str:
-        form = "fused" if self.fuse else "unfused"
+        form = ("fused" if self.fuse else "unfused") + (", graph" if self.graph else "")
         return f"<fusec pipeline {self.name} ({form}, {self.backend})>"
 
     @functools.cached_property
@@ -85,7 +87,7 @@ class Pipeline:
         if not self.fuse:
             return self
         return Pipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
-                        arch=self.arch)
+                        arch=self.arch, graph=self.graph)
 
     @property
     def cuda_source(self) -> str:
@@ -110,7 +112,9 @@ class Pipeline:
             from .sim.runner import SimBackend
             return Executor(self.compiled, SimBackend(self.compiled))
         from .runtime.cuda import CudaBackend
-        return Executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
+        from .runtime.executor import GraphExecutor
+        executor = GraphExecutor if self.graph else Executor
+        return executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
 
     def __call__(self, *args, **kwargs):
         return self._runner(*args, **kwargs)

@@ -194,3 +194,24 @@ def test_disk_cache_hit_in_a_second_process(tmp_path):
     assert files, "the first process wrote nothing to the disk cache"
     print(f"first process compile+call {times[0]:.1f} ms, second (disk cache) {times[1]:.1f} ms")
     assert times[1] < times[0]
+
+
+def test_graph_replays_new_values_and_recaptures_new_pointers():
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda", fuse=False, graph=True)
+    x = cp.random.standard_normal(5000, dtype=cp.float32)
+    y1 = f(x, 2.0, 0.5)
+    np.testing.assert_allclose(y1.get(), np.maximum(x.get() * 2 + 0.5, 0), rtol=1e-6)
+    x[...] = cp.random.standard_normal(5000, dtype=cp.float32)  # same pointer, new values: a replay
+    y2 = f(x, 2.0, 0.5)
+    assert y2.data.ptr == y1.data.ptr and len(f._runner._graphs) == 1
+    np.testing.assert_allclose(y2.get(), np.maximum(x.get() * 2 + 0.5, 0), rtol=1e-6)
+    f(x, 3.0, 0.5)  # a new scalar: a new capture
+    z = cp.random.standard_normal(777, dtype=cp.float32)  # new pointer and shape: a new capture
+    np.testing.assert_allclose(f(z, 2.0, 0.5).get(), np.maximum(z.get() * 2 + 0.5, 0), rtol=1e-6)
+    assert len(f._runner._graphs) == 3
+    h = cp.ones((4, 16), cp.float16)
+    g = fusec.jit(str(ROOT / "examples/bias_gelu.fz"), backend="cuda", graph=True)
+    expected = h.get()
+    reference(variant(ROOT / "examples/bias_gelu.fz", "f16"), "bias_gelu", expected, np.ones(16, np.float16))
+    g(h, cp.ones(16, cp.float16))
+    np.testing.assert_allclose(h.get().astype(np.float32), expected.astype(np.float32), rtol=2e-3)

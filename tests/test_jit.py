@@ -190,3 +190,8 @@ def test_import_fusec_and_compile_without_cupy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "numpy [3. 3.]" in proc.stdout and (tmp_path / "o.cu").exists()
+
+
+def test_graph_needs_the_cuda_backend():
+    with pytest.raises(ValueError, match="graph=True replays CUDA graphs: it needs the cuda backend"):
+        fusec.jit(SBR, backend="numpy", graph=True)

@@ -215,6 +215,19 @@ class CudaBackend:
         raise ArgumentError(f"stream= takes a CuPy stream or an object with __cuda_stream__, "
                             f"got {type(value).__name__}")
 
+    def capture(self, launch):
+        """The CUDA graph of what launch(stream) enqueues, captured on a stream of its own."""
+        stream = self.cp.cuda.Stream(non_blocking=True)
+        stream.begin_capture()
+        try:
+            launch(stream)
+        finally:
+            graph = stream.end_capture()
+        return graph
+
+    def replay(self, graph, stream) -> None:
+        graph.launch(stream)  # None: the current stream
+
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         converters, variants = self.launchers[kernel.name]
         function, block = variants[vector]

@@ -8,6 +8,7 @@ intermediate buffers, and launches the kernels in order.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Protocol
 
 from ..bind import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, split_args
@@ -41,6 +42,12 @@ class Backend(Protocol):
 
     def stream(self, value) -> object:
         """The backend's stream for a `stream=` argument (None: the current one)."""
+
+    # Graph backends only (GraphExecutor):
+    def capture(self, launch) -> object:
+        """A graph of what launch(stream) enqueues on a capturing stream."""
+
+    def replay(self, graph, stream) -> None: ...
 
 
 class Executor:
@@ -81,6 +88,13 @@ class Executor:
         self._sizes: dict[tuple, _Sizes] = {}
 
     def __call__(self, *args, **kwargs):
+        values, out, stream, sizes = self._bind(args, kwargs)
+        self._allocate(values, out, sizes)
+        self._launch_all(values, sizes, stream)
+        return self._result(values)
+
+    def _bind(self, args, kwargs):
+        """Checked arguments (a flat list), out=, stream=, and the sizes for these shapes."""
         out = stream = None
         if kwargs:
             out = kwargs.pop("out", None) if "out" in self.options else None
@@ -93,6 +107,10 @@ class Executor:
             if len(self._sizes) >= 256:  # a caller cycling through many shapes: start afresh
                 self._sizes.clear()
             sizes = self._sizes[shapes] = self._prepare(values)
+        return values, out, stream, sizes
+
+    def _allocate(self, values: list, out, sizes: "_Sizes") -> None:
+        """Appends the outputs (allocated, or out=) and the intermediates to `values`."""
         empty = self.backend.empty
         if out is None:
             values += [empty(shape, dtype) for shape, dtype in sizes.outputs]
@@ -101,6 +119,8 @@ class Executor:
         if self.inout or out is not None:
             self._check_aliasing(values)
         values += [empty(shape, dtype) for shape, dtype in sizes.temps]
+
+    def _launch_all(self, values: list, sizes: "_Sizes", stream) -> None:
         pointer = self.backend.pointer
         for (kernel, params, alignment, coordinates), (n, extents) in zip(self.launches, sizes.kernels):
             if n == 0:
@@ -112,6 +132,8 @@ class Executor:
             vector = all(pointer(values[i]) % size == 0 for i, size in alignment) and \
                 (not coordinates or extents[-1] % kernel.vector == 0)
             self.backend.launch(kernel, n, launch_args, stream, vector)
+
+    def _result(self, values: list):
         first = len(self.params)
         outputs = values[first:first + len(self.pipeline.outputs)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
@@ -161,3 +183,42 @@ class _Sizes:
 
     def __init__(self, outputs, temps, kernels):
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
+
+
+class GraphExecutor(Executor):
+    """Launches a pipeline's kernels as one CUDA graph (`fusec.jit(..., graph=True)`).
+
+    The launch sequence is captured once per argument signature: the shapes,
+    the address of every array argument, the scalar values and the out=
+    arrays. A call that matches replays the graph; any other captures a new
+    one. Each graph holds on to the arrays it was captured with (so none can be
+    freed and its memory reused under it) and to its own output and
+    intermediate buffers: a replay returns the same output arrays, overwritten,
+    as a torch CUDA graph does. At most MAX_GRAPHS signatures are kept, the
+    least recently used dropped first.
+    """
+
+    MAX_GRAPHS = 16
+
+    def __init__(self, compiled: Compiled, backend: Backend):
+        super().__init__(compiled, backend)
+        self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        self._is_array = [p.shape is not None for p in self.params]
+
+    def __call__(self, *args, **kwargs):
+        values, out, stream, sizes = self._bind(args, kwargs)
+        pointer = self.backend.pointer
+        outs = () if out is None else tuple(map(pointer, out if isinstance(out, (tuple, list)) else (out,)))
+        key = (tuple(pointer(v) if is_array else v for v, is_array in zip(values, self._is_array)),
+               tuple(values[i].shape for i in self.array_positions), outs)
+        entry = self._graphs.get(key)
+        if entry is None:
+            self._allocate(values, out, sizes)
+            graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
+            entry = self._graphs[key] = (graph, values)
+            if len(self._graphs) > self.MAX_GRAPHS:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(key)
+        self.backend.replay(entry[0], stream)
+        return self._result(entry[1])
