@@ -171,6 +171,8 @@ class Bench:
             check_supported(graph, ops)
             if any(v.type.name == "bf16" for v in graph.values):
                 raise Unsupported("cupy.fuse has no bfloat16 (CuPy 14)")
+            if graph.loops:
+                raise Unsupported("cupy.fuse cannot loop a repeat count")
             fused = cp.fuse(peer_function(graph, ops, params, in_place=False))
             peers["cupy.fuse"] = (lambda args: fused(*args), "out of place")
         except Unsupported as why:

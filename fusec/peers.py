@@ -172,28 +172,29 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
     inout_results = [(v, graph.value(v).buffer) for v in graph.results if graph.value(v).role == "inout"]
     output_results = [v for v in graph.results if graph.value(v).role == "out"]
     types = {v.name: v.type for v in graph.values}
+    loops = list(graph.loops)
 
     def run(*args):
         env = dict(zip(param_names, args))
         for name in param_names:
             if types[name].compute != types[name] and graph.value(name).shape is not None:
                 env[name] = ops.load(env[name], types[name])  # scalars are Python numbers already
-        for stage in stages:
-            vals = []
-            for ins in stage.body.instrs:
-                operands = [vals[a] for a in ins.args]
-                if ins.op == "load":
-                    vals.append(env[ins.attr])
-                elif ins.op == "const":
-                    vals.append(ins.attr)  # a Python number: weak, it takes the other operand's type
-                elif ins.op == "cast":
-                    vals.append(ops.cast(operands[0], stage.body.instrs[ins.args[0]].type, ins.type))
-                else:
-                    vals.append(ops.op(ins.op, ins.type, operands))
-            for out, result in zip(stage.outputs, stage.body.results):
-                t = types[out]
-                stored = ops.store(vals[result], t)  # rounded to its type, as a store does
-                env[out] = ops.load(stored, t) if t.compute != t else stored
+        position, pending = 0, 0  # the next stage, and the next loop (loops are in program order)
+        while position < len(stages) or pending < len(loops):
+            if pending < len(loops) and loops[pending].start == position:
+                loop = loops[pending]
+                pending += 1
+                for (loop_value, _), entry in zip(loop.carried, loop.entries):
+                    env[loop_value] = env[entry]
+                for _ in range(loop.count if isinstance(loop.count, int) else int(env[loop.count])):
+                    for stage in stages[loop.start:loop.stop]:
+                        run_stage(stage, env)
+                    for loop_value, exit_value in loop.carried:
+                        env[loop_value] = env[exit_value]
+                position = loop.stop
+            else:
+                run_stage(stages[position], env)
+                position += 1
         outputs = [ops.store(env[v], types[v]) for v in output_results]
         finals = [ops.store(env[v], types[v]) for v, _ in inout_results]
         if not in_place:
@@ -201,5 +202,22 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
         for (_, buffer), value in zip(inout_results, finals):
             ops.assign(args[param_names.index(buffer)], value)
         return tuple(outputs) if len(outputs) != 1 else outputs[0] if outputs else None
+
+    def run_stage(stage, env):
+        vals = []
+        for ins in stage.body.instrs:
+            operands = [vals[a] for a in ins.args]
+            if ins.op == "load":
+                vals.append(env[ins.attr])
+            elif ins.op == "const":
+                vals.append(ins.attr)  # a Python number: weak, it takes the other operand's type
+            elif ins.op == "cast":
+                vals.append(ops.cast(operands[0], stage.body.instrs[ins.args[0]].type, ins.type))
+            else:
+                vals.append(ops.op(ins.op, ins.type, operands))
+        for out, result in zip(stage.outputs, stage.body.results):
+            t = types[out]
+            stored = ops.store(vals[result], t)  # rounded to its type, as a store does
+            env[out] = ops.load(stored, t) if t.compute != t else stored
 
     return run

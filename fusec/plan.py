@@ -38,11 +38,36 @@ class Stage:
 
 
 @dataclass(frozen=True, slots=True)
+class Loop:
+    """`repeat count { ... }`: stages [start, stop) run `count` times (a literal,
+    or the name of an integer scalar parameter).
+
+    carried: (loop value, exit value) per slot the body assigns that existed
+    before it. The body reads the loop value; an iteration ends with the exit
+    value in the slot's buffer; after the loop the slot's value is the loop value.
+    """
+
+    count: int | str
+    start: int
+    stop: int
+    carried: tuple[tuple[str, str], ...]
+    entries: tuple[str, ...] = ()   # each carried slot's value when the loop starts
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
 class StageGraph:
     pipeline: str
     values: tuple[Value, ...]
     stages: tuple[Stage, ...]
     results: tuple[str, ...]      # values that must reach memory: final versions of inout/out slots
+    loops: tuple[Loop, ...] = ()
+    # Also must reach memory: what a loop reads from its slots' buffers when it starts.
+    loop_inputs: tuple[str, ...] = ()
+
+    def loop_of(self, stage_index: int) -> int:
+        """Which loop a stage is in (-1: none)."""
+        return next((k for k, loop in enumerate(self.loops) if loop.start <= stage_index < loop.stop), -1)
 
     def value(self, name: str) -> Value:
         return _by_name(self.values, name)
@@ -96,6 +121,11 @@ class Kernel:
     est_regs: int
     vector: int = 1                       # elements per thread of the 16-byte vector variant
     decisions: tuple[Decision, ...] = field(default=())
+    # A persistent loop kernel: the body runs `count` times per element in
+    # registers; `carried` pairs each loop value's load with its exit value
+    # (body instructions), the load standing for the variable the loop updates.
+    count: int | str | None = None
+    carried: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +139,21 @@ class Buffer:
 
 
 @dataclass(frozen=True, slots=True)
+class Repeat:
+    """Kernels launched `count` times in a row (a repeat body not made one persistent kernel)."""
+
+    count: int | str
+    kernels: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ModulePlan:
     pipeline: str
     fused: bool
     kernels: tuple[Kernel, ...]
     buffers: tuple[Buffer, ...]   # every array buffer any kernel touches
     max_regs: int
+    steps: tuple["int | Repeat", ...] = ()  # the launch order: a kernel's index, or a Repeat
 
     def buffer(self, name: str) -> Buffer:
         return _by_name(self.buffers, name)
@@ -125,8 +164,9 @@ class KernelParam:
     """One parameter of an emitted kernel, in order: how the runtime fills it.
 
     kind: "array" (key = buffer), "scalar" (key = value name), "numel" (the
-    number of elements of the iteration space), "extent" (key = index of a
-    collapsed dim).
+    number of elements of the iteration space), "count" (a loop kernel's
+    iterations: key = a literal or a scalar's name), "extent" (key = index of
+    a collapsed dim).
     """
 
     kind: str
@@ -144,6 +184,8 @@ def kernel_params(kernel: Kernel) -> list[KernelParam]:
     types = {ins.attr: ins.type for ins in kernel.body.instrs if ins.op == "load"}
     out += [KernelParam("scalar", name, types[name]) for name in kernel.scalars]
     out.append(KernelParam("numel", "n"))
+    if kernel.count is not None:
+        out.append(KernelParam("count", kernel.count))
     if needs_coordinates(kernel):
         out += [KernelParam("extent", j) for j in range(1, len(kernel.extents))]
     return out
@@ -166,5 +208,8 @@ def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
 
 
 def variant_names(kernel: Kernel) -> tuple[str, str]:
-    """The emitted functions: (one element per thread, one 16-byte vector per thread)."""
+    """The emitted functions: (one element per thread, one 16-byte vector per thread).
+    A loop kernel has one form, grid-stride over a persistent grid."""
+    if kernel.count is not None:
+        return kernel.name, kernel.name
     return kernel.name, f"{kernel.name}_v{kernel.vector}"

@@ -71,9 +71,13 @@ def format_ir(compiled: Compiled) -> str:
             operands += [f"%{a}" for a in ins.args]
             out.append(f"    %{idx} = {ins.op} {', '.join(operands)} : {ins.type}")
         out.append(f"    results {', '.join(f'%{r}' for r in s.body.results)}")
+    for loop in g.loops:
+        body = ", ".join(s.name for s in g.stages[loop.start:loop.stop]) or "(empty)"
+        carried = ", ".join(f"{lv} <- {ev}" for lv, ev in loop.carried)
+        out.append(f"  repeat {loop.count}: {body}; carries {carried or '(nothing)'}")
     out.append(f"  results {', '.join(g.results) or '(none)'}")
-    for k, group in enumerate(compiled.partition.groups):
-        stages = ", ".join(g.stages[i].name for i in group)
-        stored = ", ".join(sorted(compiled.partition.stored[k]))
-        out.append(f"  kernel k{k}: {stages}; stores {stored or '(nothing)'}")
+    for kernel in compiled.plan.kernels:
+        stored = ", ".join(a.value for a, _ in kernel.stores)
+        loop = f"; iterates {kernel.count} times in registers" if kernel.count is not None else ""
+        out.append(f"  kernel {kernel.name}: {', '.join(kernel.stages)}; stores {stored or '(nothing)'}{loop}")
     return "\n".join(out) + "\n"

@@ -108,7 +108,7 @@ def test_cli_emit_report_json_fields(run_cli):
 def test_cli_emit_ir_and_pipeline_selection(run_cli):
     code, stdout, _ = run_cli("compile", str(ROOT / "tests/programs/shapes.fz"), "--emit", "ir", "--pipeline",
                               "colscale")
-    assert code == 0 and "stage w2 over [cols]" in stdout and "kernel k1: y" in stdout
+    assert code == 0 and "stage w2 over [cols]" in stdout and "kernel colscale_k1_y: y" in stdout
     assert "scalar_temp" not in stdout
 
 
@@ -137,9 +137,22 @@ def test_bench_retypes_a_program():
     assert dims_for(program.pipelines[0], 2 ** 20) == {"rows": 256, "cols": 4096}
 
 
-def test_repeat_is_checked_but_not_yet_compiled(tmp_path, run_cli):
+def test_nested_repeat_is_checked_but_not_yet_compiled(tmp_path, run_cli):
     path = tmp_path / "r.fz"
-    path.write_text("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n    y = x;\n    repeat k { y = y * 0.5; }\n}\n")
+    path.write_text("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n    y = x;\n"
+                    "    repeat k { repeat 2 { y = y * 0.5; } }\n}\n")
     assert run_cli("check", str(path))[0] == 0
     code, _, err = run_cli("compile", str(path))
-    assert code == 1 and f"{path}:3:5: error: code generation for 'repeat' is not implemented yet" in err
+    assert code == 1 and f"{path}:3:5: error: code generation for a 'repeat' inside a 'repeat'" in err
+
+
+def test_repeat_fuses_to_one_persistent_kernel_or_repeats_launches():
+    c = compiled("examples/time_step.fz")
+    (kernel,) = c.plan.kernels
+    assert kernel.count == 100 and len(kernel.carried) == 2 and c.plan.steps == (0,)
+    assert "for (long long it = 0; it < count; ++it)" in c.cuda and "gridDim.x * blockDim.x" in c.cuda
+    unfused = compiled("examples/time_step.fz", fuse=False)
+    assert len(unfused.plan.kernels) == 2 and unfused.plan.steps[0].count == 100
+    two = compiled("tests/programs/repeat.fz", "two_spaces")  # [cols] and [rows, cols]: no persistent kernel
+    assert [k.count for k in two.plan.kernels] == [None, None] and two.plan.steps[0].kernels == (0, 1)
+    assert any("launched k times" in d.reason for k in two.plan.kernels for d in k.decisions)

@@ -6,6 +6,7 @@ import subprocess
 import pytest
 
 from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.plan import variant_names
 
 from helpers import pipelines
 
@@ -36,7 +37,7 @@ def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
 def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, name, form):
     compiled = compile_pipeline(program, name, CompileOptions(fuse=form == "fused"))
     usage = ptxas_usage(compiled.cuda, tmp_path)
-    assert set(usage) == {n for k in compiled.plan.kernels for n in (k.name, f"{k.name}_v{k.vector}")}
+    assert set(usage) == {n for k in compiled.plan.kernels for n in variant_names(k)}
     for kernel in compiled.plan.kernels:
         regs, spills = usage[kernel.name]
         assert spills == 0, f"{kernel.name} spills {spills} bytes"
@@ -44,5 +45,5 @@ def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, na
             f"{kernel.name}: estimated {kernel.est_regs} registers, ptxas used {regs}"
         # The vector variant (E elements per thread, unrolled) is not estimated;
         # it must not spill and must stay within the budget the fusion pass kept.
-        regs, spills = usage[f"{kernel.name}_v{kernel.vector}"]
+        regs, spills = usage[variant_names(kernel)[1]]
         assert spills == 0 and regs <= compiled.plan.max_regs, (kernel.name, regs, spills)

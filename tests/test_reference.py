@@ -186,3 +186,17 @@ def test_wrong_arguments_name_the_parameter():
         run(prog, "scale_bias_relu", x, 1.0)
     with pytest.raises(ArgumentError, match="'x': expected 1 dim"):
         run(prog, "scale_bias_relu", f32(2, 2), 1.0, 0.0)
+
+
+def test_time_step_integrates_in_place():
+    n = 300
+    x, v = f32(n), f32(n)
+    k = np.abs(f32(n)) + 0.5
+    x0, v0 = x.copy(), v.copy()
+    run(example("time_step"), "time_step", x, v, k, 0.1, 0.01)
+    dt, damping = np.float32(0.01), np.float32(0.1)
+    for _ in range(100):
+        v0 = v0 + dt * (-k * x0 - damping * v0)
+        x0 = x0 + dt * v0
+    np.testing.assert_allclose(x, x0, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v, v0, rtol=1e-6, atol=1e-7)

@@ -8,7 +8,7 @@ import fusec
 from fusec.errors import ArgumentError
 from fusec.reference import run as reference
 
-from helpers import ROOT, assert_matches, pipelines, random_args
+from helpers import ROOT, assert_matches, load_program, pipelines, random_args
 
 pytestmark = pytest.mark.sim
 PIPELINES = pipelines()
@@ -55,3 +55,15 @@ def test_sim_rejects_bad_arrays_by_parameter_name():
 def test_zero_size_arrays_launch_nothing():
     f = fusec.jit(str(ROOT / "examples" / "scale_bias_relu.fz"), backend="sim")
     assert f(np.zeros(0, np.float32), 1.0, 2.0).shape == (0,)
+
+
+@pytest.mark.parametrize("fuse", [True, False], ids=["persistent", "unfused"])
+def test_repeat_counts_in_the_sim(fuse):
+    program = load_program(ROOT / "tests/programs/repeat.fz")
+    from fusec.jit import Pipeline
+    f = Pipeline(program, "counted", fuse=fuse, backend="sim")
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    for k in (0, 1, 5, 40):
+        np.testing.assert_array_equal(f(x, k), reference(program, "counted", x, k))
+    with pytest.raises(ArgumentError, match="repeat count 'k' is negative"):
+        f(x, -1)

@@ -55,6 +55,7 @@ class _KernelEmitter:
         self.scalars = {p.key: namer.user(p.key) for p in params if p.kind == "scalar"}
         self.i, self.n = namer.fresh("i"), namer.fresh("n")
         self.extents = {p.key: namer.fresh(f"e{p.key}") for p in params if p.kind == "extent"}
+        self.count = namer.fresh("count") if kernel.count is not None else None
         self.decls = [self._decl(p) for p in params]
         self.coords, self.coord_names = self._coordinates(self.i, self.extents)
 
@@ -62,7 +63,7 @@ class _KernelEmitter:
         """Names for one function's locals: any name but the parameters and coordinates."""
         namer = Namer()
         namer.taken |= set(self.buffers.values()) | set(self.scalars.values()) | set(self.extents.values())
-        namer.taken |= {self.i, self.n} | set(self.coord_names.values())
+        namer.taken |= {self.i, self.n, self.count} | set(self.coord_names.values())
         return namer
 
     def _decl(self, p) -> str:
@@ -71,11 +72,15 @@ class _KernelEmitter:
             return f"{qual}{storage_type(p.type)}* __restrict__ {self.buffers[p.key]}"
         if p.kind == "scalar":
             return f"const {scalar_param_type(p.type)} {self.scalars[p.key]}"
-        return f"const long long {self.n if p.kind == 'numel' else self.extents[p.key]}"
+        name = {"numel": self.n, "count": self.count}.get(p.kind) or self.extents[p.key]
+        return f"const long long {name}"
 
     def render(self) -> dict:
         k = self.k
-        scalar = {"name": k.name, "vector": 0, "params": self.decls, "i": self.i, "n": self.n,
+        if k.count is not None:
+            return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
+                    "variants": [self._loop_variant()]}
+        scalar = {"name": k.name, "vector": 0, "loop": False, "params": self.decls, "i": self.i, "n": self.n,
                   "coords": self.coords}
         scalar.update(self._scalar_body(self.i, self._local_namer()))
         variants = [scalar]
@@ -101,8 +106,28 @@ class _KernelEmitter:
         loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a) if not a.contiguous else i}]")
                  for a in self.k.loads}
         lines, refs = self._computation(loads, namer)
-        stores = [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
-        return {"lines": lines, "stores": stores}
+        return {"lines": [line for line in lines if line], "stores": self._stores(i, refs)}
+
+    def _stores(self, i: str, refs: list[str]) -> list[str]:
+        return [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
+
+    def _loop_variant(self) -> dict:
+        """A persistent loop kernel: a grid-stride loop over elements, each one's
+        loads once, the body `count` times in registers, its stores once."""
+        k, namer = self.k, self._local_namer()
+        iteration = namer.fresh("it")
+        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}
+        variables = {lv for lv, _ in k.carried}
+        lines, refs = self._computation(loads, namer, mutable=variables)
+        body = k.body.instrs
+        before = [line for line, ins in zip(lines, body) if line and ins.op == "load"]
+        inside = [line for line, ins in zip(lines, body) if line and ins.op != "load"]
+        nexts = [(namer.fresh(f"{refs[lv]}_next"), lv, ev) for lv, ev in k.carried]
+        inside += [f"const {compute_type(body[lv].type)} {name} = {refs[ev]};" for name, lv, ev in nexts]
+        inside += [f"{refs[lv]} = {name};" for name, lv, _ in nexts]
+        return {"name": k.name, "vector": 0, "loop": True, "params": self.decls, "i": self.i, "n": self.n,
+                "count": self.count, "it": iteration, "coords": self.coords, "pre": before, "lines": inside,
+                "stores": self._stores(self.i, refs)}
 
     def _vector_variant(self) -> dict:
         k, width = self.k, self.k.vector
@@ -125,6 +150,7 @@ class _KernelEmitter:
         out_vec = {a.value: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in k.stores}
         declare = [f"fz_vec<{storage_type(a.type)}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
         lines, refs = self._computation(loads, namer)
+        lines = [line for line in lines if line]
         lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
         stores = [f"*reinterpret_cast<fz_vec<{storage_type(a.type)}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                   f"= {out_vec[a.value]};" for a, _ in k.stores]
@@ -134,22 +160,27 @@ class _KernelEmitter:
             j = tail_namer.fresh("j")
             tail = {"j": j, **self._scalar_body(j, tail_namer)}
         self.helpers.add("vec")
-        return {"name": f"{k.name}_v{width}", "vector": width, "lane": lane, "params": self.decls, "i": self.i,
+        return {"name": f"{k.name}_v{width}", "vector": width, "loop": False, "lane": lane, "params": self.decls,
+                "i": self.i,
                 "n": self.n,
                 "coords": self.coords, "pre": pre, "declare": declare, "lines": lines, "stores": stores,
                 "tail": tail}
 
-    def _computation(self, loads: dict[str, str], namer: Namer) -> tuple[list[str], list[str]]:
-        """One line per instruction (constants and scalar parameters are inlined)."""
+    def _computation(self, loads: dict[str, str], namer: Namer,
+                     mutable: set[int] = frozenset()) -> tuple[list[str | None], list[str]]:
+        """One line per instruction, None where it is inlined (a constant, a
+        scalar parameter); the `mutable` ones are variables, not constants."""
         refs: list[str] = []
-        lines: list[str] = []
+        lines: list[str | None] = []
         body = self.k.body.instrs
-        for ins in body:
+        for idx, ins in enumerate(body):
             if ins.op == "const":
                 refs.append(const(ins.attr, ins.type))
+                lines.append(None)
                 continue
             if ins.op == "load" and ins.attr in self.scalars:
                 refs.append(self.scalars[ins.attr])
+                lines.append(None)
                 continue
             if ins.op == "load":
                 expr = loads[ins.attr]
@@ -164,8 +195,9 @@ class _KernelEmitter:
                     operand_type = body[ins.args[1]].type
                 expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args])
                 self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
-            name = namer.fresh(f"v{len(lines)}")
-            lines.append(f"const {compute_type(ins.type)} {name} = {expr};")
+            name = namer.fresh(f"v{sum(1 for line in lines if line)}")
+            qualifier = "" if idx in mutable else "const "
+            lines.append(f"{qualifier}{compute_type(ins.type)} {name} = {expr};")
             refs.append(name)
         return lines, refs
 

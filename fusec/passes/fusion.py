@@ -36,6 +36,9 @@ class Partition:
     groups: tuple[tuple[int, ...], ...]   # stage indices per kernel, in launch order
     stored: tuple[frozenset[str], ...]    # values each kernel writes to memory
     decisions: tuple[Decision, ...]
+    # Per loop of the graph: its kernels (group indices), and whether they are one
+    # persistent kernel iterating in registers (else they are launched `count` times).
+    loops: tuple[tuple[tuple[int, ...], bool], ...] = ()
 
 
 def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partition:
@@ -43,7 +46,9 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
     if not options.fuse:
         groups = [[i] for i in range(len(stages))]
         decisions = [Decision(s.name, i, False, "unfused form: one kernel per stage") for i, s in enumerate(stages)]
-        return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions))
+        loops = tuple((tuple(range(loop.start, loop.stop)), False) for loop in graph.loops)
+        return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions),
+                         loops)
 
     producer = {v: i for i, s in enumerate(stages) for v in s.outputs}
     readers: dict[str, set[int]] = {}
@@ -57,6 +62,9 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         joined = None
         for k in range(len(groups) - 1, -1, -1):
             members = [stages[j] for j in groups[k]]
+            if graph.loop_of(groups[k][0]) != graph.loop_of(i):
+                refusals.append(f"not fused with k{k}: a 'repeat' boundary lies between them")
+                break
             if members[0].shape != stage.shape:
                 refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
                                 f"{fmt_shape(members[0].shape)}")
@@ -81,15 +89,28 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         else:
             groups[joined].append(i)
             decisions.extend(Decision(stage.name, joined, False, r) for r in refusals)
+    loops = []
+    for n, loop in enumerate(graph.loops):
+        members = tuple(k for k, g in enumerate(groups) if graph.loop_of(g[0]) == n)
+        # One kernel for the whole body: it iterates in registers, a persistent kernel.
+        loops.append((members, len(members) == 1 and len(groups[members[0]]) == loop.stop - loop.start))
+        if not loops[-1][1] and members:
+            decisions.append(Decision(stages[loop.start].name, members[0], False,
+                                      f"repeat body is {len(members)} kernels, launched {loop.count} times: "
+                                      "not one persistent kernel"))
     return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, readers, g) for g in groups),
-                     tuple(decisions))
+                     tuple(decisions), tuple(loops))
 
 
 def _stored(graph: StageGraph, readers: dict[str, set[int]], group: list[int]) -> frozenset[str]:
-    """Values produced in the group that must reach memory (`readers`: value -> stages reading it)."""
+    """Values produced in the group that must reach memory (`readers`: value -> stages reading it):
+    pipeline results, what another kernel reads, what a loop reads from its buffers at its start,
+    and a loop iteration's exit values (the next iteration reads them from memory)."""
     inside = set(group)
     produced = [v for j in group for v in graph.stages[j].outputs]
-    return frozenset(v for v in produced if v in graph.results or readers.get(v, set()) - inside)
+    loop_exits = {exit_value for loop in graph.loops for _, exit_value in loop.carried}
+    return frozenset(v for v in produced if v in graph.results or readers.get(v, set()) - inside
+                     or v in graph.loop_inputs or v in loop_exits)
 
 
 def _relation(stage: Stage, members: list[Stage], producer: dict[str, int], stages) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import Body, BodyBuilder, Dim, Instr, Shape
-from ..plan import Access, Kernel, Stage, StageGraph
+from ..plan import Access, Kernel, Loop, Stage, StageGraph
 from .regs import estimate_registers
 
 
@@ -19,7 +19,12 @@ from .regs import estimate_registers
 VECTOR_BYTES = 16
 
 
-def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "") -> Kernel:
+def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
+                 loop: Loop | None = None) -> Kernel:
+    """One kernel for `stages`, storing the values in `stored`. With `loop`, a
+    persistent loop kernel: the stages are the loop's whole body, iterated in
+    registers; each carried slot's loop value is loaded once, updated with its
+    exit value after every iteration, and stored at the end if it is in `stored`."""
     shape = stages[0].shape
     produced_here = {v for s in stages for v in s.outputs}
     b = BodyBuilder()
@@ -29,6 +34,11 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
         for ins in stage.body.instrs:
             if ins.op == "load" and ins.attr not in produced_here and ins.attr not in loaded:
                 loaded[ins.attr] = b.emit(ins)
+    if loop is not None:  # a loop value needed after the loop is loaded even if the body never reads it
+        for loop_value, _ in loop.carried:
+            if loop_value in stored and loop_value not in loaded:
+                v = graph.value(loop_value)
+                loaded[loop_value] = b.emit(Instr("load", (), v.type, loop_value))
     value_ids: dict[str, int] = dict(loaded)
     for stage in stages:
         ids: list[int] = []
@@ -39,10 +49,16 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
                 ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
         for out, result in zip(stage.outputs, stage.body.results):
             value_ids[out] = ids[result]
-    stores = [(out, value_ids[out]) for stage in stages for out in stage.outputs if out in stored]
-    body, remap = _live_only(b.build([]), [i for _, i in stores])
+    if loop is None:
+        stores = [(out, value_ids[out]) for stage in stages for out in stage.outputs if out in stored]
+        carried = []
+    else:  # a loop value's load instruction stands for its variable, which ends holding the final value
+        stores = [(lv, loaded[lv]) for lv, _ in loop.carried if lv in stored]
+        carried = [(loaded[lv], value_ids[ev], lv) for lv, ev in loop.carried if lv in loaded]
+    body, remap = _live_only(b.build([]), [i for _, i in stores] + [ev for _, ev, _ in carried])
     stores = [(v, remap[i]) for v, i in stores]
     loaded = {v: remap[i] for v, i in loaded.items() if i in remap}
+    carried = [(remap[lv], remap[ev]) for lv, ev, name in carried if name in loaded]
 
     array_loads = [v for v in loaded if graph.value(v).shape is not None]
     operand_shapes = [graph.value(v).shape for v in array_loads] + [shape for _ in stores]
@@ -53,11 +69,13 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     scalar_ids = {loaded[v] for v in scalars}
     broadcast = [a for a in loads if not a.contiguous and any(a.present)]
     coordinates = len({j for a in broadcast for j, p in enumerate(a.present) if p})
-    est = estimate_registers(body, [i for _, i in stores], scalar_ids, len(loads), len(broadcast), coordinates)
+    live_to_end = [i for _, i in stores] + [ev for _, ev in carried]
+    est = estimate_registers(body, live_to_end, scalar_ids, len(loads), len(broadcast), coordinates,
+                             loop=loop is not None)
     widest = max([a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access])
     width = VECTOR_BYTES // widest
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
-                  scalars, est, vector=width)
+                  scalars, est, vector=width, count=None if loop is None else loop.count, carried=tuple(carried))
 
 
 def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:

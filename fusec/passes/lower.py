@@ -2,13 +2,16 @@
 
 Each statement becomes one stage whose body has every stage call inlined
 (locals and multi-output stages stay shared subexpressions: identical
-instructions are one), and whose loads name SSA versions of the slots.
+instructions are one), and whose loads name SSA versions of the slots. A
+`repeat` block becomes a `Loop` over its stages: each slot it carries gets a
+loop value (`h.loop0`, in the slot's buffer) that the body reads and that
+stands for the slot after the loop.
 """
 from __future__ import annotations
 
 from ..errors import Diagnostic, FzError
-from ..ir import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat
-from ..plan import Stage, StageGraph, Value
+from ..ir import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
+from ..plan import Loop, Stage, StageGraph, Value
 
 
 def lower(program: Program, pipeline: Pipeline) -> StageGraph:
@@ -27,19 +30,45 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
         new_version(param.name)
 
     stages: list[Stage] = []
+    loops: list[Loop] = []
+    loop_inputs: list[str] = []
     names: dict[str, int] = {}
     for stmt in pipeline.body:
-        if isinstance(stmt, Repeat):
-            raise FzError(Diagnostic(stmt.loc, "code generation for 'repeat' is not implemented yet; "
-                                               "run this pipeline with backend='numpy'"), program.source)
-        body = inline(program, stmt.body, {s: current[s] for s in current})
-        outputs = tuple(new_version(t) for t in stmt.targets)
-        stages.append(Stage(_stage_name(stmt, names), stmt.shape, body, outputs, loc=stmt.loc))
+        if isinstance(stmt, Apply):
+            stages.append(_stage(program, stmt, current, new_version, names))
+            continue
+        if any(isinstance(s, Repeat) for s in stmt.body):
+            raise FzError(Diagnostic(stmt.loc, "code generation for a 'repeat' inside a 'repeat' is not "
+                                               "implemented yet; run this pipeline with backend='numpy'"),
+                          program.source)
+        carried_slots = [t for t in dict.fromkeys(t for a in walk_applies(stmt.body) for t in a.targets)
+                         if t in current]
+        loop_inputs += [current[t] for t in carried_slots]
+        loop_values = []
+        for t in carried_slots:
+            slot = pipeline.slot(t)
+            loop_values.append(f"{t}.loop{len(loops)}")
+            values.append(Value(loop_values[-1], t, slot.type, slot.shape, slot.role))
+            current[t] = loop_values[-1]
+        start = len(stages)
+        for inner in stmt.body:
+            stages.append(_stage(program, inner, current, new_version, names))
+        carried = tuple((lv, current[t]) for lv, t in zip(loop_values, carried_slots))
+        for lv, t in zip(loop_values, carried_slots):
+            current[t] = lv  # after the loop the slot holds its loop value
+        entries = tuple(loop_inputs[len(loop_inputs) - len(carried_slots):])
+        loops.append(Loop(stmt.count, start, len(stages), carried, entries, loc=stmt.loc))
 
     # What must reach memory: each output's last version, and each inout's if it was assigned.
     results = tuple(current[s.name] for s in pipeline.slots
                     if (s.role == "out" and s.name in current) or (s.role == "inout" and current[s.name] != s.name))
-    return StageGraph(pipeline.name, tuple(values), tuple(stages), results)
+    return StageGraph(pipeline.name, tuple(values), tuple(stages), results, tuple(loops), tuple(loop_inputs))
+
+
+def _stage(program: Program, stmt: Apply, current: dict[str, str], new_version, names: dict[str, int]) -> Stage:
+    body = inline(program, stmt.body, dict(current))
+    outputs = tuple(new_version(t) for t in stmt.targets)
+    return Stage(_stage_name(stmt, names), stmt.shape, body, outputs, loc=stmt.loc)
 
 
 def _stage_name(stmt: Apply, taken: dict[str, int]) -> str:

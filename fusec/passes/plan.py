@@ -3,18 +3,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..plan import Buffer, ModulePlan, StageGraph
+from ..plan import Buffer, ModulePlan, Repeat, StageGraph
 from .fusion import Partition
 from .kernel import build_kernel
 
 
 def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_regs: int) -> ModulePlan:
+    persistent = {members[0]: n for n, (members, one) in enumerate(partition.loops) if one}
     kernels = []
     for k, (group, stored) in enumerate(zip(partition.groups, partition.stored)):
         stages = [graph.stages[i] for i in group]
         # Deterministic names; a one-stage kernel also carries the stage's name.
         name = f"{graph.pipeline}_k{k}" + (f"_{stages[0].name}" if len(stages) == 1 else "")
-        kernel = build_kernel(graph, stages, set(stored), name)
+        if k in persistent:
+            loop = graph.loops[persistent[k]]
+            kernel = build_kernel(graph, stages, _needed_after(graph, loop), name, loop=loop)
+        else:
+            kernel = build_kernel(graph, stages, set(stored), name)
         decisions = tuple(d for d in partition.decisions if d.kernel == k)
         kernels.append(replace(kernel, decisions=decisions))
     buffers: dict[str, Buffer] = {}
@@ -22,4 +27,24 @@ def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_reg
         for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
             value = graph.value(access.value)
             buffers.setdefault(value.buffer, Buffer(value.buffer, value.type, value.shape, value.role))
-    return ModulePlan(graph.pipeline, fused, tuple(kernels), tuple(buffers.values()), max_regs)
+    return ModulePlan(graph.pipeline, fused, tuple(kernels), tuple(buffers.values()), max_regs,
+                      _steps(graph, partition, persistent))
+
+
+def _needed_after(graph: StageGraph, loop) -> set[str]:
+    """Loop values that must reach memory: pipeline results, or read by stages after the loop."""
+    later = {v for s in graph.stages[loop.stop:] for v in s.reads()}
+    return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}
+
+
+def _steps(graph: StageGraph, partition: Partition, persistent: dict[int, int]) -> tuple:
+    """The launch order: kernels in order, a loop's kernels as one Repeat (unless persistent)."""
+    in_loop = {k: n for n, (members, _) in enumerate(partition.loops) for k in members}
+    steps, done = [], set()
+    for k in range(len(partition.groups)):
+        if k in persistent or k not in in_loop:
+            steps.append(k)
+        elif in_loop[k] not in done:
+            done.add(in_loop[k])
+            steps.append(Repeat(graph.loops[in_loop[k]].count, partition.loops[in_loop[k]][0]))
+    return tuple(steps)

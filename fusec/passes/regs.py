@@ -23,6 +23,9 @@ EXTRA_LOAD_REGS = 1
 INDEX_SETUP_REGS = 2
 COORDINATE_REGS = 2
 OFFSET_REGS = 2
+# A persistent loop kernel adds its 64-bit grid stride and iteration counter,
+# and ptxas unrolls the iteration loop (its count is unknown), overlapping work.
+LOOP_REGS = 8
 # Scratch registers that libdevice's expansion of a function keeps live (non-fast-math).
 SCRATCH = {
     "exp": 2, "exp2": 1, "expm1": 4, "log": 3, "log2": 2, "log10": 3, "log1p": 4, "sqrt": 2, "rsqrt": 1,
@@ -40,7 +43,7 @@ def _width(ins: Instr) -> int:
 
 
 def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], array_loads: int,
-                       broadcast_loads: int = 0, coordinates: int = 0) -> int:
+                       broadcast_loads: int = 0, coordinates: int = 0, loop: bool = False) -> int:
     """Peak live registers of `body` in order; `stored` instructions stay live to the end."""
     end = len(body.instrs)
     last_use = {i: -1 for i in range(end)}
@@ -66,4 +69,4 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], ar
     if broadcast_loads:
         extra = INDEX_SETUP_REGS + COORDINATE_REGS * coordinates + OFFSET_REGS * (broadcast_loads - 1)
     addresses = STORE_ADDRESS_REGS * len(stored) + EXTRA_LOAD_REGS * max(0, array_loads - 2)
-    return BASE_REGS + addresses + extra + peak
+    return BASE_REGS + addresses + extra + peak + (LOOP_REGS if loop else 0)

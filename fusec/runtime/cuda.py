@@ -124,7 +124,7 @@ class CudaBackend:
         self.kernels = {}   # variant name -> (function, block)
         self.launchers = {}  # kernel name -> (converters, (scalar variant, vector variant))
         for kernel in compiled.plan.kernels:
-            for name in variant_names(kernel):
+            for name in dict.fromkeys(variant_names(kernel)):
                 function = module.get_function(name)
                 # The block is as large as the kernel's real register use allows.
                 block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
@@ -232,11 +232,24 @@ class CudaBackend:
         converters, variants = self.launchers[kernel.name]
         function, block = variants[vector]
         converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
-        threads = -(-n // kernel.vector) if vector else n
+        threads = -(-n // kernel.vector) if vector and kernel.count is None else n
+        blocks = -(-threads // block)
+        if kernel.count is not None:  # a loop kernel: a persistent grid that just fills the device
+            blocks = min(blocks, self._persistent_blocks(function, block))
         if stream is None:
-            function((-(-threads // block),), (block,), converted)
+            function((blocks,), (block,), converted)
         else:
-            function((-(-threads // block),), (block,), converted, stream=stream)
+            function((blocks,), (block,), converted, stream=stream)
+
+    @functools.lru_cache(maxsize=None)
+    def _persistent_blocks(self, function, block: int) -> int:
+        """Blocks that fill every SM at the kernel's occupancy (from its real register use)."""
+        device = self.cp.cuda.Device()
+        try:
+            per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, block, 0)
+        except AttributeError:  # an older CuPy: the thread limit alone
+            per_sm = device.attributes["MaxThreadsPerMultiProcessor"] // block
+        return max(1, per_sm) * device.attributes["MultiProcessorCount"]
 
 
 def _converter(param):

@@ -15,7 +15,7 @@ from ..bind import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, sp
 from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
-from ..plan import Kernel, kernel_params, needs_coordinates, vector_alignment
+from ..plan import Kernel, Repeat, kernel_params, needs_coordinates, vector_alignment
 
 # Threads per block: 256 is the usual choice for memory-bound elementwise
 # kernels (8 warps; 8 blocks fill an H200 SM's 2,048 threads).
@@ -85,6 +85,11 @@ class Executor:
             params = [(p.kind, position[p.key] if p.kind in ("array", "scalar") else p.key) for p in kernel_params(k)]
             alignment = [(position[buf], size) for buf, size in vector_alignment(k)]
             self.launches.append((k, params, alignment, needs_coordinates(k)))
+        # The launch order: kernel indices, and Repeats of them (a repeat body not made persistent).
+        self.steps = compiled.plan.steps or tuple(range(len(self.launches)))
+        counts = [s.count for s in self.steps if isinstance(s, Repeat)] + \
+            [k.count for k in compiled.plan.kernels if k.count is not None]
+        self.counts = {c: position[c] for c in counts if isinstance(c, str)}
         self._sizes: dict[tuple, _Sizes] = {}
 
     def __call__(self, *args, **kwargs):
@@ -121,17 +126,32 @@ class Executor:
         values += [empty(shape, dtype) for shape, dtype in sizes.temps]
 
     def _launch_all(self, values: list, sizes: "_Sizes", stream) -> None:
+        counts = {}
+        for name, position in self.counts.items():  # checked before anything launches
+            counts[name] = values[position]
+            if counts[name] < 0:
+                raise ArgumentError(f"repeat count '{name}' is negative ({counts[name]})")
+        for step in self.steps:
+            if isinstance(step, Repeat):
+                for _ in range(step.count if isinstance(step.count, int) else counts[step.count]):
+                    for k in step.kernels:
+                        self._launch(k, values, sizes, stream, counts)
+            else:
+                self._launch(step, values, sizes, stream, counts)
+
+    def _launch(self, index: int, values: list, sizes: "_Sizes", stream, counts: dict) -> None:
+        (kernel, params, alignment, coordinates), (n, extents) = self.launches[index], sizes.kernels[index]
+        if n == 0:
+            return
+        launch_args = [values[key] if kind in ("array", "scalar") else n if kind == "numel"
+                       else (key if isinstance(key, int) else counts[key]) if kind == "count" else extents[key]
+                       for kind, key in params]
+        # The 16-byte variant where every vector access is aligned (and, with
+        # broadcasts, rows hold whole vectors); else one element per thread.
         pointer = self.backend.pointer
-        for (kernel, params, alignment, coordinates), (n, extents) in zip(self.launches, sizes.kernels):
-            if n == 0:
-                continue
-            launch_args = [values[key] if kind in ("array", "scalar") else n if kind == "numel" else extents[key]
-                           for kind, key in params]
-            # The 16-byte variant where every vector access is aligned (and, with
-            # broadcasts, rows hold whole vectors); else one element per thread.
-            vector = all(pointer(values[i]) % size == 0 for i, size in alignment) and \
-                (not coordinates or extents[-1] % kernel.vector == 0)
-            self.backend.launch(kernel, n, launch_args, stream, vector)
+        vector = all(pointer(values[i]) % size == 0 for i, size in alignment) and \
+            (not coordinates or extents[-1] % kernel.vector == 0)
+        self.backend.launch(kernel, n, launch_args, stream, vector)
 
     def _result(self, values: list):
         first = len(self.params)

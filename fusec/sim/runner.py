@@ -27,6 +27,8 @@ from ..plan import Kernel, kernel_params, variant_names
 from ..runtime.executor import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
+# The sim's "persistent" grid: small, so that every thread strides over several elements.
+PERSISTENT_SIM_BLOCKS = 2
 # -fwrapv: signed overflow wraps, as on the GPU; -ffp-contract=off: no FMA
 # contraction, so f32 arithmetic rounds after each operation, as NumPy does.
 CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
@@ -56,7 +58,7 @@ class SimBackend:
         self.launched: list[str] = []  # variant names, in order (tests read which variant ran)
         self.functions = {}
         for kernel in compiled.plan.kernels:
-            for name in variant_names(kernel):
+            for name in dict.fromkeys(variant_names(kernel)):
                 fn = getattr(self.lib, f"fz_launch_{name}")
                 fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in kernel_params(kernel)]
                 fn.restype = None
@@ -76,7 +78,8 @@ class SimBackend:
                 else:
                     params.append(f"long long a{j}")
                     args.append(f"a{j}")
-            launchers += [{"name": name, "params": params, "args": args} for name in variant_names(kernel)]
+            launchers += [{"name": name, "params": params, "args": args}
+                          for name in dict.fromkeys(variant_names(kernel))]
         launcher = environment().get_template("sim_launcher.cpp.j2").render(module="module.cu", kernels=launchers)
         include = cuda_include_dir()
         command = ["g++", *CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
@@ -122,8 +125,11 @@ class SimBackend:
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         converted = [a.ctypes.data if isinstance(a, np.ndarray) else a for a in args]
         self.launched.append(variant_names(kernel)[vector])
-        threads = -(-n // kernel.vector) if vector else n
-        self.functions[variant_names(kernel)[vector]](-(-threads // BLOCK_SIZE), BLOCK_SIZE, *converted)
+        threads = -(-n // kernel.vector) if vector and kernel.count is None else n
+        blocks = -(-threads // BLOCK_SIZE)
+        if kernel.count is not None:  # a persistent grid: few blocks, so the grid-stride loop is exercised
+            blocks = min(blocks, PERSISTENT_SIM_BLOCKS)
+        self.functions[variant_names(kernel)[vector]](blocks, BLOCK_SIZE, *converted)
 
 
 def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
