@@ -117,3 +117,30 @@ def test_broadcasting_mixed_types_and_inout_exactly(source, seed, shape):
             assert g.dtype == e.dtype and g.shape == e.shape
             np.testing.assert_array_equal(g.astype(np.float64), e.astype(np.float64),
                                           err_msg=f"fuse={fuse} shape={shape}\n{source}")
+
+
+@st.composite
+def repeat_programs(draw):
+    ints = integers()
+    f = floats(ints)
+    return ("pipeline p(a: f32[n], b: f16[n], c: i32[n], d: f32[m, n], s: f32, k: i32)\n"
+            "    -> (y: f32[n], z: i32[n]) {\n"
+            f"    y = {draw(f)};\n"
+            "    q = c;\n"
+            f"    repeat {draw(st.sampled_from(['k', '3', '0']))} {{\n"
+            f"        y = y * 0.5 + {draw(f)};\n"
+            f"        q = q + i32(y > {draw(f)});\n"
+            "    }\n"
+            "    z = q * 2;\n"
+            "}\n")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(repeat_programs(), st.integers(0, 1000))
+def test_random_repeat_programs_exactly(source, seed):
+    program = check_source(Source("random.fz", source))
+    expected = reference(program, "p", *arguments(seed))
+    for fuse in (True, False):
+        got = Pipeline(program, "p", fuse=fuse, backend="sim")(*arguments(seed))
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e, err_msg=f"fuse={fuse}\n{source}")
