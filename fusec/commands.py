@@ -42,6 +42,8 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", dest="output", metavar="OUT.cu", help="write to this file (default: stdout)")
     p.add_argument("--pipeline", metavar="NAME", help="compile only this pipeline (default: all)")
     p.add_argument("--unfused", action="store_true", help="one kernel per stage, for comparison")
+    p.add_argument("--persistent", action="store_true",
+                   help="every kernel in grid-stride form over a grid that just fills the device")
     p.add_argument("--emit", choices=("cuda", "ir", "report"), default="cuda",
                    help="CUDA C (default), the stage graph and partition, or the JSON report")
     p.add_argument("--arch", type=_arch, default="sm_90", help="target architecture (default sm_90)")
@@ -58,8 +60,8 @@ def run_compile(args) -> int:
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
     max_regs = args.max_regs or default_max_regs(args.arch)
-    compiled = [compile_pipeline(program, name, CompileOptions(fuse=not args.unfused, max_regs=max_regs))
-                for name in selected]
+    options = CompileOptions(fuse=not args.unfused, max_regs=max_regs, persistent=args.persistent)
+    compiled = [compile_pipeline(program, name, options) for name in selected]
     from . import report
     if args.emit == "cuda":
         text = "\n".join(c.cuda for c in compiled)

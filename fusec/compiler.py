@@ -21,6 +21,7 @@ from .plan import ModulePlan, StageGraph
 class CompileOptions:
     fuse: bool = True
     max_regs: int = DEFAULT_MAX_REGS
+    persistent: bool = False  # every kernel grid-stride over a device-filling grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Compiled:
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     graph = lower(program, program.pipeline(name))
     partition = fuse(graph, FusionOptions(fuse=options.fuse, max_regs=options.max_regs))
-    plan = plan_module(graph, partition, fused=options.fuse, max_regs=options.max_regs)
+    plan = plan_module(graph, partition, fused=options.fuse, max_regs=options.max_regs,
+                       persistent=options.persistent)
     cuda = emit_module(plan, program.source.name)
     return Compiled(program, graph, partition, plan, cuda)

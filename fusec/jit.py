@@ -19,7 +19,7 @@ from .ir import Program
 from .passes.fusion import DEFAULT_MAX_REGS
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
-_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline", "graph")
+_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline", "graph", "persistent")
 
 
 def jit(x=None, /, **options):
@@ -64,11 +64,13 @@ class Pipeline:
     (or by name); it returns its outputs and updates `inout` arrays in place."""
 
     def __init__(self, program: Program, name: str, *, fuse: bool = True, backend: str = "auto",
-                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None, graph: bool = False):
+                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None, graph: bool = False,
+                 persistent: bool = False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         self.program, self.name = program, name
         self.fuse, self.max_regs, self.arch, self.graph = bool(fuse), max_regs, arch, bool(graph)
+        self.persistent = bool(persistent)
         self.backend = _resolve_backend(backend)
         if self.graph and self.backend != "cuda":
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
@@ -79,7 +81,8 @@ class Pipeline:
 
     @functools.cached_property
     def compiled(self) -> Compiled:
-        return compile_pipeline(self.program, self.name, CompileOptions(fuse=self.fuse, max_regs=self.max_regs))
+        options = CompileOptions(fuse=self.fuse, max_regs=self.max_regs, persistent=self.persistent)
+        return compile_pipeline(self.program, self.name, options)
 
     @functools.cached_property
     def unfused(self) -> "Pipeline":
@@ -87,7 +90,7 @@ class Pipeline:
         if not self.fuse:
             return self
         return Pipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
-                        arch=self.arch, graph=self.graph)
+                        arch=self.arch, graph=self.graph, persistent=self.persistent)
 
     @property
     def cuda_source(self) -> str:

@@ -126,6 +126,7 @@ class Kernel:
     # (body instructions), the load standing for the variable the loop updates.
     count: int | str | None = None
     carried: tuple[tuple[int, int], ...] = ()
+    persistent: bool = False              # grid-stride over a grid that just fills the device
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +211,6 @@ def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
 def variant_names(kernel: Kernel) -> tuple[str, str]:
     """The emitted functions: (one element per thread, one 16-byte vector per thread).
     A loop kernel has one form, grid-stride over a persistent grid."""
-    if kernel.count is not None:
+    if kernel.persistent:
         return kernel.name, kernel.name
     return kernel.name, f"{kernel.name}_v{kernel.vector}"

@@ -32,15 +32,20 @@ def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
     return usage
 
 
-@pytest.mark.parametrize("form", ["fused", "unfused"])
+@pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, name, form):
-    compiled = compile_pipeline(program, name, CompileOptions(fuse=form == "fused"))
+    compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
     usage = ptxas_usage(compiled.cuda, tmp_path)
     assert set(usage) == {n for k in compiled.plan.kernels for n in variant_names(k)}
     for kernel in compiled.plan.kernels:
         regs, spills = usage[kernel.name]
         assert spills == 0, f"{kernel.name} spills {spills} bytes"
+        if form == "persistent" and kernel.count is None:
+            # The grid-stride form of a plain kernel (fusec compile --persistent) is for
+            # reading and comparison; its estimate is not held to the bound, its budget is.
+            assert regs <= compiled.plan.max_regs, (kernel.name, regs)
+            continue
         assert abs(kernel.est_regs - regs) <= max(4, 0.25 * regs), \
             f"{kernel.name}: estimated {kernel.est_regs} registers, ptxas used {regs}"
         # The vector variant (E elements per thread, unrolled) is not estimated;

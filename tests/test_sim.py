@@ -14,11 +14,11 @@ pytestmark = pytest.mark.sim
 PIPELINES = pipelines()
 
 
-@pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
-def test_sim_equals_reference(ident, program, name, fuse):
+def test_sim_equals_reference(ident, program, name, form):
     from fusec.jit import Pipeline
-    sim = Pipeline(program, name, fuse=fuse, backend="sim")
+    sim = Pipeline(program, name, fuse=form != "unfused", persistent=form == "persistent", backend="sim")
     pipeline = program.pipeline(name)
     for size in (1, 3, 257, 1000):
         args = random_args(pipeline, size, seed=size)

@@ -77,7 +77,7 @@ class _KernelEmitter:
 
     def render(self) -> dict:
         k = self.k
-        if k.count is not None:
+        if k.persistent:
             return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
                     "variants": [self._loop_variant()]}
         scalar = {"name": k.name, "vector": 0, "loop": False, "params": self.decls, "i": self.i, "n": self.n,
@@ -112,8 +112,9 @@ class _KernelEmitter:
         return [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
 
     def _loop_variant(self) -> dict:
-        """A persistent loop kernel: a grid-stride loop over elements, each one's
-        loads once, the body `count` times in registers, its stores once."""
+        """A persistent kernel: a grid-stride loop over elements; for a loop
+        kernel, each element's loads once, the body `count` times in registers,
+        its stores once."""
         k, namer = self.k, self._local_namer()
         iteration = namer.fresh("it")
         loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}

@@ -20,7 +20,7 @@ VECTOR_BYTES = 16
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
-                 loop: Loop | None = None) -> Kernel:
+                 loop: Loop | None = None, persistent: bool = False) -> Kernel:
     """One kernel for `stages`, storing the values in `stored`. With `loop`, a
     persistent loop kernel: the stages are the loop's whole body, iterated in
     registers; each carried slot's loop value is loaded once, updated with its
@@ -71,11 +71,12 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     coordinates = len({j for a in broadcast for j, p in enumerate(a.present) if p})
     live_to_end = [i for _, i in stores] + [ev for _, ev in carried]
     est = estimate_registers(body, live_to_end, scalar_ids, len(loads), len(broadcast), coordinates,
-                             loop=loop is not None)
+                             loop=loop is not None, persistent=persistent)
     widest = max([a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access])
     width = VECTOR_BYTES // widest
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
-                  scalars, est, vector=width, count=None if loop is None else loop.count, carried=tuple(carried))
+                  scalars, est, vector=width, count=None if loop is None else loop.count, carried=tuple(carried),
+                  persistent=loop is not None or persistent)
 
 
 def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:

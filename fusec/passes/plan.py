@@ -8,18 +8,20 @@ from .fusion import Partition
 from .kernel import build_kernel
 
 
-def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_regs: int) -> ModulePlan:
-    persistent = {members[0]: n for n, (members, one) in enumerate(partition.loops) if one}
+def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_regs: int,
+                persistent: bool = False) -> ModulePlan:
+    """persistent: every kernel in its grid-stride form over a grid that fills the device."""
+    loop_kernels = {members[0]: n for n, (members, one) in enumerate(partition.loops) if one}
     kernels = []
     for k, (group, stored) in enumerate(zip(partition.groups, partition.stored)):
         stages = [graph.stages[i] for i in group]
         # Deterministic names; a one-stage kernel also carries the stage's name.
         name = f"{graph.pipeline}_k{k}" + (f"_{stages[0].name}" if len(stages) == 1 else "")
-        if k in persistent:
-            loop = graph.loops[persistent[k]]
+        if k in loop_kernels:
+            loop = graph.loops[loop_kernels[k]]
             kernel = build_kernel(graph, stages, _needed_after(graph, loop), name, loop=loop)
         else:
-            kernel = build_kernel(graph, stages, set(stored), name)
+            kernel = build_kernel(graph, stages, set(stored), name, persistent=persistent)
         decisions = tuple(d for d in partition.decisions if d.kernel == k)
         kernels.append(replace(kernel, decisions=decisions))
     buffers: dict[str, Buffer] = {}
@@ -28,7 +30,7 @@ def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_reg
             value = graph.value(access.value)
             buffers.setdefault(value.buffer, Buffer(value.buffer, value.type, value.shape, value.role))
     return ModulePlan(graph.pipeline, fused, tuple(kernels), tuple(buffers.values()), max_regs,
-                      _steps(graph, partition, persistent))
+                      _steps(graph, partition, loop_kernels))
 
 
 def _needed_after(graph: StageGraph, loop) -> set[str]:
@@ -37,12 +39,12 @@ def _needed_after(graph: StageGraph, loop) -> set[str]:
     return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}
 
 
-def _steps(graph: StageGraph, partition: Partition, persistent: dict[int, int]) -> tuple:
-    """The launch order: kernels in order, a loop's kernels as one Repeat (unless persistent)."""
+def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int]) -> tuple:
+    """The launch order: kernels in order, a loop's kernels as one Repeat (unless one loop kernel)."""
     in_loop = {k: n for n, (members, _) in enumerate(partition.loops) for k in members}
     steps, done = [], set()
     for k in range(len(partition.groups)):
-        if k in persistent or k not in in_loop:
+        if k in loop_kernels or k not in in_loop:
             steps.append(k)
         elif in_loop[k] not in done:
             done.add(in_loop[k])

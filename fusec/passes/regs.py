@@ -23,8 +23,10 @@ EXTRA_LOAD_REGS = 1
 INDEX_SETUP_REGS = 2
 COORDINATE_REGS = 2
 OFFSET_REGS = 2
-# A persistent loop kernel adds its 64-bit grid stride and iteration counter,
-# and ptxas unrolls the iteration loop (its count is unknown), overlapping work.
+# A persistent kernel's grid-stride loop keeps a 64-bit stride and bound...
+STRIDE_REGS = 8
+# ...and a loop kernel also its iteration counter, while ptxas unrolls the
+# iteration loop (its count is unknown), overlapping the work of iterations.
 LOOP_REGS = 8
 # Scratch registers that libdevice's expansion of a function keeps live (non-fast-math).
 SCRATCH = {
@@ -43,7 +45,8 @@ def _width(ins: Instr) -> int:
 
 
 def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], array_loads: int,
-                       broadcast_loads: int = 0, coordinates: int = 0, loop: bool = False) -> int:
+                       broadcast_loads: int = 0, coordinates: int = 0, loop: bool = False,
+                       persistent: bool = False) -> int:
     """Peak live registers of `body` in order; `stored` instructions stay live to the end."""
     end = len(body.instrs)
     last_use = {i: -1 for i in range(end)}
@@ -69,4 +72,4 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: set[int], ar
     if broadcast_loads:
         extra = INDEX_SETUP_REGS + COORDINATE_REGS * coordinates + OFFSET_REGS * (broadcast_loads - 1)
     addresses = STORE_ADDRESS_REGS * len(stored) + EXTRA_LOAD_REGS * max(0, array_loads - 2)
-    return BASE_REGS + addresses + extra + peak + (LOOP_REGS if loop else 0)
+    return BASE_REGS + addresses + extra + peak + (LOOP_REGS if loop else STRIDE_REGS if persistent else 0)

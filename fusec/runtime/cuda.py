@@ -232,9 +232,9 @@ class CudaBackend:
         converters, variants = self.launchers[kernel.name]
         function, block = variants[vector]
         converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
-        threads = -(-n // kernel.vector) if vector and kernel.count is None else n
+        threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
         blocks = -(-threads // block)
-        if kernel.count is not None:  # a loop kernel: a persistent grid that just fills the device
+        if kernel.persistent:  # a grid that just fills the device, each thread striding
             blocks = min(blocks, self._persistent_blocks(function, block))
         if stream is None:
             function((blocks,), (block,), converted)

@@ -125,9 +125,9 @@ class SimBackend:
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         converted = [a.ctypes.data if isinstance(a, np.ndarray) else a for a in args]
         self.launched.append(variant_names(kernel)[vector])
-        threads = -(-n // kernel.vector) if vector and kernel.count is None else n
+        threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
         blocks = -(-threads // BLOCK_SIZE)
-        if kernel.count is not None:  # a persistent grid: few blocks, so the grid-stride loop is exercised
+        if kernel.persistent:  # a persistent grid: few blocks, so the grid-stride loop is exercised
             blocks = min(blocks, PERSISTENT_SIM_BLOCKS)
         self.functions[variant_names(kernel)[vector]](blocks, BLOCK_SIZE, *converted)
 

@@ -13,6 +13,7 @@ extern "C" __global__ void time_step_k0(
     const long long count)
 {
     // A persistent grid strides over the elements; each one iterates in registers.
+#pragma unroll 1
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)gridDim.x * blockDim.x) {
         float v0 = v[i];
