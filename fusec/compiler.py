@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .codegen.emit import emit_module
 from .ir import Program
@@ -22,6 +22,7 @@ class CompileOptions:
     fuse: bool = True
     max_regs: int = DEFAULT_MAX_REGS
     persistent: bool = False  # every kernel grid-stride over a device-filling grid
+    multi_tensor: bool = False  # the one kernel of the pipeline, over many sets of arrays (foreach)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +36,24 @@ class Compiled:
     cuda: str
 
 
+def multi_tensor_plan(plan: ModulePlan) -> ModulePlan:
+    """The plan's one kernel as a multi-tensor kernel, or a ValueError saying why it cannot be."""
+    if len(plan.kernels) != 1 or plan.steps not in ((0,), ()):
+        raise ValueError(f"foreach needs a pipeline that fuses into one kernel; {plan.pipeline} has "
+                         f"{len(plan.kernels)} kernels (or a repeat)")
+    (kernel,) = plan.kernels
+    if kernel.count is not None or not all(a.contiguous for a in kernel.loads):
+        raise ValueError(f"foreach needs every array of {plan.pipeline} over the same elements "
+                         "(no broadcasting, no repeat)")
+    return replace(plan, kernels=(replace(kernel, multi_tensor=True, persistent=True),))
+
+
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     graph = lower(program, program.pipeline(name))
     partition = fuse(graph, FusionOptions(fuse=options.fuse, max_regs=options.max_regs))
     plan = plan_module(graph, partition, fused=options.fuse, max_regs=options.max_regs,
                        persistent=options.persistent)
+    if options.multi_tensor:
+        plan = multi_tensor_plan(plan)
     cuda = emit_module(plan, program.source.name)
     return Compiled(program, graph, partition, plan, cuda)

@@ -122,6 +122,44 @@ class Pipeline:
     def __call__(self, *args, **kwargs):
         return self._runner(*args, **kwargs)
 
+    def foreach(self, sets, *scalars, **named_scalars) -> list:
+        """The pipeline over many sets of arrays in one launch (multi-tensor apply):
+        `sets` holds one tuple of array arguments per set, in declaration order;
+        the scalars are given once. Returns each set's outputs."""
+        return self._foreach_runner.foreach(sets, *scalars, **named_scalars)
+
+    @functools.cached_property
+    def _foreach_runner(self):
+        if self.backend == "numpy":
+            return _ReferenceForeach(self)
+        from .runtime.executor import Executor
+        compiled = compile_pipeline(self.program, self.name, CompileOptions(max_regs=self.max_regs, multi_tensor=True))
+        if self.backend == "sim":
+            from .sim.runner import SimBackend
+            return Executor(compiled, SimBackend(compiled))
+        from .runtime.cuda import CudaBackend
+        return Executor(compiled, CudaBackend(compiled, arch=self.arch))
+
+
+class _ReferenceForeach:
+    """foreach on the numpy backend: the reference, once per set."""
+
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+
+    def foreach(self, sets, *scalars, **named_scalars) -> list:
+        from .errors import ArgumentError
+        if not isinstance(sets, (list, tuple)) or not sets:
+            raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
+        params = self.pipeline.program.pipeline(self.pipeline.name).params
+        results = []
+        for arrays in sets:
+            given, positional = iter(arrays), iter(scalars)
+            args = [next(given) if p.shape is not None else named_scalars.get(p.name) if p.name in named_scalars
+                    else next(positional) for p in params]
+            results.append(self.pipeline(*args))
+        return results
+
 
 def _resolve_backend(backend: str) -> str:
     if backend != "auto":

@@ -127,6 +127,7 @@ class Kernel:
     count: int | str | None = None
     carried: tuple[tuple[int, int], ...] = ()
     persistent: bool = False              # grid-stride over a grid that just fills the device
+    multi_tensor: bool = False            # foreach: many sets of arrays in one launch, by (tensor, chunk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +178,19 @@ class KernelParam:
 
 
 def kernel_params(kernel: Kernel) -> list[KernelParam]:
+    """A multi-tensor kernel takes, per array, a table of pointers (kind
+    "pointers", one per tensor set), then "sizes" (elements per set), "table"
+    (the work items: set index and first element) and "chunks" (their number)."""
     params: dict[str, KernelParam] = {}
     written = {a.buffer for a, _ in kernel.stores}
+    kind = "pointers" if kernel.multi_tensor else "array"
     for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
-        params.setdefault(access.buffer, KernelParam("array", access.buffer, access.type, access.buffer in written))
+        params.setdefault(access.buffer, KernelParam(kind, access.buffer, access.type, access.buffer in written))
     out = list(params.values())
     types = {ins.attr: ins.type for ins in kernel.body.instrs if ins.op == "load"}
     out += [KernelParam("scalar", name, types[name]) for name in kernel.scalars]
+    if kernel.multi_tensor:
+        return out + [KernelParam("sizes", "sizes"), KernelParam("table", "table"), KernelParam("chunks", "chunks")]
     out.append(KernelParam("numel", "n"))
     if kernel.count is not None:
         out.append(KernelParam("count", kernel.count))
@@ -200,6 +207,8 @@ def needs_coordinates(kernel: Kernel) -> bool:
 def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
     """(buffer, bytes) each array must be aligned to for the vector variant:
     every access that moves a whole vector."""
+    if kernel.persistent:  # one form only: no vector variant to align for
+        return []
     inner = len(kernel.extents) - 1
     out = []
     for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
@@ -211,6 +220,8 @@ def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
 def variant_names(kernel: Kernel) -> tuple[str, str]:
     """The emitted functions: (one element per thread, one 16-byte vector per thread).
     A loop kernel has one form, grid-stride over a persistent grid."""
+    if kernel.multi_tensor:
+        return f"{kernel.name}_mt", f"{kernel.name}_mt"
     if kernel.persistent:
         return kernel.name, kernel.name
     return kernel.name, f"{kernel.name}_v{kernel.vector}"

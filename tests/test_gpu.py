@@ -215,3 +215,22 @@ def test_graph_replays_new_values_and_recaptures_new_pointers():
     reference(variant(ROOT / "examples/bias_gelu.fz", "f16"), "bias_gelu", expected, np.ones(16, np.float16))
     g(h, cp.ones(16, cp.float16))
     np.testing.assert_allclose(h.get().astype(np.float32), expected.astype(np.float32), rtol=2e-3)
+
+
+def test_foreach_matches_torch_adam_step():
+    torch = pytest.importorskip("torch")
+    f = fusec.jit(str(ROOT / "examples/adam.fz"), backend="cuda")
+    shapes = [(1000,), (4096, 3), (7,), (0,), (300, 301)]
+    params = [torch.randn(s, device="cuda") for s in shapes]
+    grads = [torch.randn(s, device="cuda") for s in shapes]
+    reference_params = [p.clone().requires_grad_() for p in params]
+    opt = torch.optim.Adam(reference_params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    for p, g in zip(reference_params, grads):
+        p.grad = g.clone()
+    opt.step()
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    flat = [(p.view(-1), g.view(-1), mm.view(-1), vv.view(-1)) for p, g, mm, vv in zip(params, grads, m, v)]
+    f.foreach(flat, 1e-3, 0.9, 0.999, 1e-8, 1 - 0.9, 1 - 0.999)
+    for p, r in zip(params, reference_params):
+        torch.testing.assert_close(p, r.detach(), rtol=1e-5, atol=1e-6)

@@ -215,6 +215,11 @@ class CudaBackend:
         raise ArgumentError(f"stream= takes a CuPy stream or an object with __cuda_stream__, "
                             f"got {type(value).__name__}")
 
+    def table(self, array: np.ndarray):
+        # Freed after the call returns: CuPy's pool hands its memory to a later
+        # allocation on the same stream, whose use is ordered after the kernel.
+        return self.cp.asarray(array)
+
     def capture(self, launch):
         """The CUDA graph of what launch(stream) enqueues, captured on a stream of its own."""
         stream = self.cp.cuda.Stream(non_blocking=True)
@@ -254,7 +259,7 @@ class CudaBackend:
 
 def _converter(param):
     """How a launch argument becomes a kernel parameter (None: as it is, an array)."""
-    if param.kind == "array":
+    if param.kind in ("array", "pointers", "sizes", "table"):
         return None
     if param.kind == "scalar":
         return _SCALAR_TYPES[param.type.name]

@@ -72,6 +72,12 @@ class SimBackend:
                 if p.kind == "array":
                     params.append(f"void* a{j}")
                     args.append(f"({storage_type(p.type)}*)a{j}")
+                elif p.kind == "pointers":
+                    params.append(f"void* a{j}")
+                    args.append(f"({'' if p.written else 'const '}{storage_type(p.type)}* const*)a{j}")
+                elif p.kind in ("sizes", "table"):
+                    params.append(f"void* a{j}")
+                    args.append(f"(const long long*)a{j}")
                 elif p.kind == "scalar":
                     params.append(f"{scalar_param_type(p.type)} a{j}")
                     args.append(f"a{j}")
@@ -117,6 +123,9 @@ class SimBackend:
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
+    def table(self, array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array)
+
     def stream(self, value):
         if value is not None:
             raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
@@ -152,7 +161,7 @@ def host_span(array: np.ndarray) -> tuple[int, int]:
 
 
 def _ctype(p):
-    if p.kind == "array":
+    if p.kind in ("array", "pointers", "sizes", "table"):
         return ctypes.c_void_p
     if p.kind == "scalar":
         return _CTYPES[p.type.name]

@@ -1,0 +1,75 @@
+"""foreach (multi-tensor apply): one launch over many sets of arrays of
+different sizes, in the sim (several blocks share the work table; sets smaller
+than a work item, larger than one, and empty), against the reference."""
+import numpy as np
+import pytest
+
+import fusec
+from fusec.errors import ArgumentError
+
+from helpers import ROOT, assert_matches
+
+ADAM = str(ROOT / "examples" / "adam.fz")
+SCALARS = (1e-3, 0.9, 0.999, 1e-8, 0.1, 0.001)
+
+
+def adam_sets(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    sets = []
+    for n in sizes:
+        p, g, m, v = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
+        sets.append((p, g, m, np.abs(v)))
+    return sets
+
+
+@pytest.mark.sim
+def test_foreach_in_one_launch_equals_the_reference_per_set():
+    sizes = [10, 70_000, 1, 0, 200_003, 65_536, 3]
+    sets, expected = adam_sets(sizes), adam_sets(sizes)
+    f = fusec.jit(ADAM, backend="sim")
+    f.foreach(sets, *SCALARS)
+    reference = fusec.jit(ADAM, backend="numpy")
+    for arrays in expected:
+        reference(*arrays, *SCALARS)
+    for got, want in zip(sets, expected):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    backend = f._foreach_runner.backend
+    assert backend.launched == ["adam_k0_mt"]  # one launch for all seven sets
+
+
+@pytest.mark.sim
+def test_foreach_returns_each_sets_outputs():
+    f = fusec.jit(str(ROOT / "examples" / "dag.fz"), backend="sim")
+    rng = np.random.default_rng(2)
+    sets = [tuple(rng.standard_normal(n).astype(np.float32) for _ in range(3)) for n in (5, 100_000)]
+    results = f.foreach(sets)
+    for (a, b, c), outputs in zip(sets, results):  # sigmoid: glibc's expf against NumPy's, within tolerance
+        assert_matches(outputs, fusec.jit(str(ROOT / "examples" / "dag.fz"), backend="numpy")(a, b, c))
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("sim", marks=pytest.mark.sim)])
+def test_foreach_bad_input(backend):
+    f = fusec.jit(ADAM, backend=backend)
+    sets = adam_sets([4, 5])
+    with pytest.raises(ArgumentError, match="non-empty list"):
+        f.foreach([], *SCALARS)
+    if backend == "sim":
+        with pytest.raises(ArgumentError, match="foreach set 1: expected 4 arrays"):
+            f.foreach([sets[0], sets[1][:3]], *SCALARS)
+        mixed = (sets[1][0].astype(np.float64),) + sets[1][1:]
+        with pytest.raises(ArgumentError, match="foreach set 1: parameter 'param': expected dtype f32"):
+            f.foreach([sets[0], mixed], *SCALARS)
+        with pytest.raises(ArgumentError, match="foreach set 0: parameter 'grad': dim 'n' is 5 here but 4"):
+            f.foreach([(sets[0][0], sets[1][1], sets[0][2], sets[0][3])], *SCALARS)
+        with pytest.raises(ArgumentError, match="foreach is missing scalar"):
+            f.foreach(sets, 1e-3)
+
+
+@pytest.mark.sim
+def test_foreach_needs_one_elementwise_kernel():
+    with pytest.raises(ValueError, match="no broadcasting"):
+        fusec.jit(str(ROOT / "examples" / "bias_gelu.fz"), backend="sim").foreach([])
+    with pytest.raises(ValueError, match="fuses into one kernel"):
+        mod = fusec.jit(str(ROOT / "tests" / "programs" / "shapes.fz"), backend="sim")
+        mod.colscale.foreach([])
