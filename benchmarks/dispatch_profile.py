@@ -33,7 +33,7 @@ print(f"| f(x, s, b, out=y) | {per_call(lambda: f(x, 1.5, -0.25, out=y)):.2f} µ
 print(f"| cupy.empty(4096) | {per_call(lambda: cp.empty(4096, cp.float32)):.2f} µs |")
 print(f"| Function call, prepared arguments | {per_call(lambda: function((4,), (256,), args)):.2f} µs |")
 print(f"| cupy.RawKernel call, prepared arguments | {per_call(lambda: raw((4,), (256,), args)):.2f} µs |")
-print(f"| executor without the launch | ", end="")
+print("| executor without the launch | ", end="")
 launch = backend.launch
 backend.launch = lambda *a: None
 print(f"{per_call(lambda: f(x, 1.5, -0.25)):.2f} µs |")
