@@ -115,7 +115,7 @@ class Pipeline:
             from .sim.runner import SimBackend
             return Executor(self.compiled, SimBackend(self.compiled))
         from .runtime.cuda import CudaBackend
-        from .runtime.executor import GraphExecutor
+        from .runtime.graph import GraphExecutor
         executor = GraphExecutor if self.graph else Executor
         return executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
 
@@ -132,13 +132,13 @@ class Pipeline:
     def _foreach_runner(self):
         if self.backend == "numpy":
             return _ReferenceForeach(self)
-        from .runtime.executor import Executor
+        from .runtime.foreach import MultiTensorExecutor
         compiled = compile_pipeline(self.program, self.name, CompileOptions(max_regs=self.max_regs, multi_tensor=True))
         if self.backend == "sim":
             from .sim.runner import SimBackend
-            return Executor(compiled, SimBackend(compiled))
+            return MultiTensorExecutor(compiled, SimBackend(compiled))
         from .runtime.cuda import CudaBackend
-        return Executor(compiled, CudaBackend(compiled, arch=self.arch))
+        return MultiTensorExecutor(compiled, CudaBackend(compiled, arch=self.arch))
 
 
 class _ReferenceForeach:

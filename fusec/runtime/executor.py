@@ -8,16 +8,12 @@ intermediate buffers, and launches the kernels in order.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
-
-import numpy as np
 from typing import Protocol
 
 from ..bind import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, split_args
 from ..compiler import Compiled
 from ..errors import ArgumentError
 from ..ir import Slot
-from ..codegen.emit import CHUNK
 from ..plan import Kernel, Repeat, kernel_params, needs_coordinates, vector_alignment
 
 # Threads per block: 256 is the usual choice for memory-bound elementwise
@@ -46,8 +42,8 @@ class Backend(Protocol):
     def stream(self, value) -> object:
         """The backend's stream for a `stream=` argument (None: the current one)."""
 
-    def table(self, array: np.ndarray) -> object:
-        """A small host array (pointers, sizes, work items) where kernels can read it."""
+    def table(self, array) -> object:
+        """A small NumPy array (pointers, sizes, work items) where kernels can read it (foreach)."""
 
     # Graph backends only (GraphExecutor):
     def capture(self, launch) -> object:
@@ -165,56 +161,6 @@ class Executor:
         outputs = values[first:first + len(self.pipeline.outputs)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
 
-    def foreach(self, sets, *scalar_args, **scalar_kwargs) -> list:
-        """The pipeline over many sets of arrays in one launch (a multi-tensor
-        kernel): `sets` is a list with one tuple of array arguments per set, in
-        declaration order; the scalars, given once, are shared. Returns each
-        set's outputs; inout arrays are updated in place."""
-        (kernel, params, _, _), = self.launches
-        array_params = [p for p in self.params if p.shape is not None]
-        scalar_params = [p for p in self.params if p.shape is None]
-        if not isinstance(sets, (list, tuple)) or not sets:
-            raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
-        if len(scalar_args) > len(scalar_params) or set(scalar_kwargs) - {p.name for p in scalar_params}:
-            raise ArgumentError(f"foreach takes the scalars {', '.join(p.name for p in scalar_params) or '(none)'}")
-        scalars = dict(zip((p.name for p in scalar_params), scalar_args)) | scalar_kwargs
-        missing = [p.name for p in scalar_params if p.name not in scalars]
-        if missing:
-            raise ArgumentError(f"foreach is missing scalar{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-        per_set, sizes = [], []
-        for j, arrays in enumerate(sets):
-            if not isinstance(arrays, (list, tuple)) or len(arrays) != len(array_params):
-                raise ArgumentError(f"foreach set {j}: expected {len(array_params)} arrays "
-                                    f"({', '.join(p.name for p in array_params)}), got {arrays!r:.60}")
-            given = iter(arrays)
-            args = [next(given) if p.shape is not None else scalars[p.name] for p in self.params]
-            try:
-                values, _, _, set_sizes = self._bind(args, {})
-                self._allocate(values, None, set_sizes)
-            except ArgumentError as exc:
-                raise ArgumentError(f"foreach set {j}: {exc}") from None
-            per_set.append(values)
-            sizes.append(set_sizes.kernels[0][0])
-        # The work items: every CHUNK elements of every set, as (set, first element).
-        items = [(j, start) for j, n in enumerate(sizes) for start in range(0, n, CHUNK)]
-        if items:
-            table = self.backend.table(np.array(items, np.int64).reshape(-1, 2))
-            launch_args = []
-            for kind, key in params:
-                if kind == "pointers":
-                    pointers = [self.backend.pointer(values[key]) for values in per_set]
-                    launch_args.append(self.backend.table(np.array(pointers, np.uint64)))
-                elif kind == "scalar":
-                    launch_args.append(per_set[0][key])
-                elif kind == "sizes":
-                    launch_args.append(self.backend.table(np.array(sizes, np.int64)))
-                elif kind == "table":
-                    launch_args.append(table)
-                else:
-                    launch_args.append(len(items))
-            self.backend.launch(kernel, len(items) * BLOCK_SIZE, launch_args, None, False)
-        return [self._result(values) for values in per_set]
-
     def _prepare(self, values: list) -> "_Sizes":
         dims = bind_dims(self.pipeline, {self.params[i].name: values[i].shape for i in self.array_positions})
         outputs = [(concrete(o.shape, dims), numpy_dtype(o.type)) for o in self.pipeline.outputs]
@@ -261,41 +207,3 @@ class _Sizes:
     def __init__(self, outputs, temps, kernels):
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
 
-
-class GraphExecutor(Executor):
-    """Launches a pipeline's kernels as one CUDA graph (`fusec.jit(..., graph=True)`).
-
-    The launch sequence is captured once per argument signature: the shapes,
-    the address of every array argument, the scalar values and the out=
-    arrays. A call that matches replays the graph; any other captures a new
-    one. Each graph holds on to the arrays it was captured with (so none can be
-    freed and its memory reused under it) and to its own output and
-    intermediate buffers: a replay returns the same output arrays, overwritten,
-    as a torch CUDA graph does. At most MAX_GRAPHS signatures are kept, the
-    least recently used dropped first.
-    """
-
-    MAX_GRAPHS = 16
-
-    def __init__(self, compiled: Compiled, backend: Backend):
-        super().__init__(compiled, backend)
-        self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
-        self._is_array = [p.shape is not None for p in self.params]
-
-    def __call__(self, *args, **kwargs):
-        values, out, stream, sizes = self._bind(args, kwargs)
-        pointer = self.backend.pointer
-        outs = () if out is None else tuple(map(pointer, out if isinstance(out, (tuple, list)) else (out,)))
-        key = (tuple(pointer(v) if is_array else v for v, is_array in zip(values, self._is_array)),
-               tuple(values[i].shape for i in self.array_positions), outs)
-        entry = self._graphs.get(key)
-        if entry is None:
-            self._allocate(values, out, sizes)
-            graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
-            entry = self._graphs[key] = (graph, values)
-            if len(self._graphs) > self.MAX_GRAPHS:
-                self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(key)
-        self.backend.replay(entry[0], stream)
-        return self._result(entry[1])
