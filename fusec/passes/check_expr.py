@@ -329,3 +329,28 @@ class ExprChecker:
         ids = tuple(a.id for a in args)
         return [self.emit("call", ids, rtype, node.loc, (stage.name, k))
                 for k, (_, rtype) in enumerate(stage.results)]
+
+
+def resolve_type(ref: ast.TypeRef, diags: Diagnostics) -> ScalarType | None:
+    found = BY_NAME.get(ref.name)
+    if found is None:
+        diags.error(ref.loc, f"unknown type '{ref.name}' (types: {', '.join(BY_NAME)})")
+    return found
+
+
+def assigned_values(stmt: ast.Assign, exprs: ExprChecker) -> list[Typed]:
+    """Values for the targets of `a = e;` or `a, b = stage(...);` (POISON on error)."""
+    n = len(stmt.targets)
+    if n == 1:
+        return [exprs.check(stmt.value)]
+    if not (isinstance(stmt.value, ast.Call) and stmt.value.func in exprs.stages):
+        exprs.error(stmt.loc, f"{n} targets need a call of a stage with {n} results on the right")
+        return [POISON] * n
+    stage = exprs.stages[stmt.value.func]
+    if stage is None:
+        return [POISON] * n
+    if len(stage.results) != n:
+        exprs.error(stmt.value.loc, f"stage '{stage.name}' returns {len(stage.results)} "
+                                    f"value{'s' if len(stage.results) != 1 else ''}, but there are {n} targets")
+        return [POISON] * n
+    return exprs.call_stage(stmt.value) or [POISON] * n

@@ -1,0 +1,264 @@
+"""Type checking of pipelines: statements, targets, shapes and `repeat` blocks.
+
+Each statement becomes an `ir.Apply` whose iteration space is the broadcast
+shape of the arrays it reads (or the shape of the declared array it writes).
+Named dims never broadcast; two different names that meet in a broadcast must
+be equal at call time (`ir.DimEq`); only a literal 1 broadcasts.
+"""
+from __future__ import annotations
+
+from .. import ast
+from ..errors import Diagnostics, Loc
+from ..ir import Apply, BodyBuilder, Dim, DimEq, Instr, Pipeline, Repeat, Shape, Slot, StageFn, Stmt, fmt_shape
+from .check_expr import POISON, ExprChecker, Strong, Typed, assigned_values, default_type, resolve_type
+
+MAX_DIM = 1 << 62
+
+
+class _Dims:
+    """Union-find over dims: names that met in a broadcast must be equal."""
+
+    def __init__(self, diags: Diagnostics):
+        self.parent: dict[Dim, Dim] = {}
+        self.eqs: list[DimEq] = []
+        self.diags = diags
+
+    def find(self, d: Dim) -> Dim:
+        while self.parent.get(d, d) != d:
+            d = self.parent[d]
+        return d
+
+    def union(self, a: Dim, b: Dim, loc: Loc) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return True
+        if isinstance(ra, int) and isinstance(rb, int):
+            return False
+        if isinstance(ra, int):  # a literal represents its class
+            ra, rb = rb, ra
+        self.parent[ra] = rb
+        self.eqs.append(DimEq(a, b, loc=loc))
+        return True
+
+    def broadcast(self, shapes: list[Shape], loc: Loc) -> Shape | None:
+        rank = max((len(s) for s in shapes), default=0)
+        out: list[Dim] = []
+        for pos in range(1, rank + 1):
+            dims = [self.find(s[-pos]) for s in shapes if len(s) >= pos]
+            real = [d for d in dims if d != 1]
+            for d in real[1:]:
+                if not self.union(real[0], d, loc):
+                    shown = " and ".join(fmt_shape(s) for s in shapes)
+                    self.diags.error(loc, f"shapes {shown} cannot broadcast ({real[0]} vs {d})")
+                    return None
+            out.append(self.find(real[0]) if real else 1)
+        return tuple(reversed(out))
+
+
+def fmt_slot(slot: Slot) -> str:
+    return f"{slot.type}{fmt_shape(slot.shape) if slot.shape is not None else ''}"
+
+
+class PipelineChecker:
+    def __init__(self, d: ast.PipelineDef, stages: dict[str, StageFn], diags: Diagnostics):
+        self.d, self.stages, self.diags = d, stages, diags
+        self.dims = _Dims(diags)
+        self.current: dict[str, Slot] = {}   # user name -> slot it names now
+        self.slots: list[Slot] = []
+        self.assigned: set[str] = set()       # outputs assigned outside any repeat
+        self.assigned_in_repeat: set[str] = set()
+        self.repeat_outer: list[set[str]] = []  # names visible before each enclosing repeat
+        self.poisoned: set[str] = set()  # temps whose statement failed: reading them is not a new error
+
+    def check(self) -> Pipeline:
+        d = self.d
+        params = [s for s in (self._param(p, "param") for p in d.params) if s]
+        outputs = [s for s in (self._param(p, "out") for p in d.outputs) if s]
+        body = self._stmts(d.body)
+        for out in outputs:
+            if out.name in self.assigned:
+                continue
+            if out.name in self.assigned_in_repeat:
+                self.diags.error(out.loc, f"output '{out.name}' is assigned only inside 'repeat' "
+                                          "(which may run 0 times); assign it before the block")
+            else:
+                self.diags.error(out.loc, f"output '{out.name}' is never assigned")
+        self._check_output_dims(params)
+        canon = {s.name: self._canonical(s) for s in self.slots}
+        return Pipeline(d.name, tuple(params), tuple(outputs), tuple(canon.values()),
+                        self._canonical_stmts(body), tuple(self.dims.eqs), loc=d.loc)
+
+    # ---- declarations
+    def _param(self, p: ast.Param, kind: str) -> Slot | None:
+        scalar_type = resolve_type(p.type, self.diags)
+        if p.name in self.current:
+            self.diags.error(p.loc, f"duplicate name '{p.name}' in pipeline '{self.d.name}'")
+            return None
+        if p.type.dims is None:
+            if p.inout:
+                self.diags.error(p.loc, f"'inout' needs an array; '{p.name}' is a scalar")
+            if kind == "out":
+                self.diags.error(p.loc, f"output '{p.name}' must be an array: give it dims, e.g. f32[n]")
+                return None
+        for dim in p.type.dims or ():
+            if isinstance(dim.value, int) and dim.value > MAX_DIM:
+                self.diags.error(dim.loc, f"dim {dim.value} is too large")
+        if scalar_type is None:
+            self.poisoned.add(p.name)
+            return None
+        shape = None if p.type.dims is None else tuple(dim.value for dim in p.type.dims)
+        role = "out" if kind == "out" else "inout" if p.inout else "in" if shape is not None else "scalar"
+        slot = Slot(p.name, scalar_type, shape, role, loc=p.loc)
+        self.current[p.name] = slot
+        self.slots.append(slot)
+        return slot
+
+    def _check_output_dims(self, params: list[Slot]) -> None:
+        # By name: at call time an output's dims are read off the input arrays.
+        bound = {d for p in params if p.shape for d in p.shape}
+        for out_decl in self.d.outputs:
+            for dim in out_decl.type.dims or ():
+                if isinstance(dim.value, str) and dim.value not in bound:
+                    self.diags.error(dim.loc, f"dim '{dim.value}' of output '{out_decl.name}' is not "
+                                              "bound by any input array")
+
+    # ---- statements
+    def _stmts(self, stmts) -> list[Stmt]:
+        out = []
+        for stmt in stmts:
+            checked = self._repeat(stmt) if isinstance(stmt, ast.Repeat) else self._apply(stmt)
+            if checked is not None:
+                out.append(checked)
+            elif isinstance(stmt, ast.Assign):
+                self._poison_targets(stmt)
+        return out
+
+    def _poison_targets(self, stmt: ast.Assign) -> None:
+        """After a failed statement its targets count as assigned, so errors do not cascade."""
+        for target in stmt.targets:
+            slot = self.current.get(target.id)
+            if slot is not None and slot.role in ("inout", "out"):
+                (self.assigned_in_repeat if self.repeat_outer else self.assigned).add(slot.name)
+            elif slot is None or slot.role == "temp":
+                self.poisoned.add(target.id)
+
+    def _repeat(self, stmt: ast.Repeat) -> Repeat | None:
+        count: int | str | None = None
+        if isinstance(stmt.count, ast.Num) and not stmt.count.is_float:
+            count = int(stmt.count.text, 16 if stmt.count.text[:2].lower() == "0x" else 10)
+        elif isinstance(stmt.count, ast.Name):
+            slot = self.current.get(stmt.count.id)
+            if slot is not None and slot.role == "scalar" and slot.type.is_int:
+                count = slot.name
+        if count is None:
+            self.diags.error(stmt.count.loc, "repeat count must be an integer literal or an integer "
+                                             "scalar parameter")
+        self.repeat_outer.append(set(self.current))
+        body = self._stmts(stmt.body)
+        outer = self.repeat_outer.pop()
+        self.current = {k: v for k, v in self.current.items() if k in outer}
+        return Repeat(count, tuple(body), loc=stmt.loc) if count is not None else None
+
+    def _apply(self, stmt: ast.Assign) -> Apply | None:
+        b = BodyBuilder()
+        loaded: list[Slot] = []
+
+        def lookup(name: str, loc: Loc) -> Strong | None:
+            slot = self.current.get(name)
+            if name in self.poisoned:
+                return POISON
+            if slot is None:
+                return None
+            if slot.role == "out" and name not in self.assigned | self.assigned_in_repeat:
+                exprs.error(loc, f"output '{name}' is read before it is assigned")
+                return POISON
+            loaded.append(slot)
+            return Strong(b.emit(Instr("load", (), slot.type, slot.name, loc=loc)), slot.type)
+
+        exprs = ExprChecker(b, self.diags, lookup, self.stages)
+        before = len(self.diags.items)
+        values = assigned_values(stmt, exprs)
+        value_shape = self.dims.broadcast([s.shape for s in loaded if s.is_array], stmt.loc)
+        if value_shape is None or len(self.diags.items) > before:
+            return None
+        targets = self._targets(stmt, values, value_shape)
+        if targets is None:
+            return None
+        shape = targets[0].shape
+        results = [exprs.convert(v, t.type, stmt.loc, f"assignment to '{n.id}'", store=True).id
+                   for v, t, n in zip(values, targets, stmt.targets)]
+        if len(self.diags.items) > before:
+            return None
+        callee = stmt.value.func if isinstance(stmt.value, ast.Call) and stmt.value.func in self.stages else None
+        return Apply(tuple(t.name for t in targets), b.build(results), shape, callee, loc=stmt.loc)
+
+    def _targets(self, stmt: ast.Assign, values: list[Typed], value_shape: Shape) -> list[Slot] | None:
+        names = [t.id for t in stmt.targets]
+        declared = [self.current[n] for n in names if n in self.current and self.current[n].role in ("inout", "out")]
+        space = declared[0].shape if declared else value_shape
+        ok = True
+        for target in stmt.targets:
+            slot = self.current.get(target.id)
+            if names.count(target.id) > 1:
+                self.diags.error(target.loc, f"'{target.id}' is assigned twice in one statement")
+                ok = False
+            elif slot is not None and slot.role == "in":
+                self.diags.error(target.loc, f"cannot assign to input '{target.id}'; declare it `inout` "
+                                             "to update it in place")
+                ok = False
+            elif slot is not None and slot.role == "scalar":
+                self.diags.error(target.loc, f"cannot assign to scalar parameter '{target.id}'")
+                ok = False
+            elif slot is not None and slot.role in ("inout", "out"):
+                fits = self.dims.broadcast([slot.shape, value_shape], target.loc)
+                if fits is None:
+                    ok = False
+                elif [self.dims.find(d) for d in fits] != [self.dims.find(d) for d in slot.shape]:
+                    self.diags.error(target.loc, f"a value of shape {fmt_shape(value_shape)} does not fit "
+                                                 f"'{target.id}' of shape {fmt_shape(slot.shape)}")
+                    ok = False
+                elif [self.dims.find(d) for d in slot.shape] != [self.dims.find(d) for d in space]:
+                    self.diags.error(target.loc, "the targets of one statement must have the same shape")
+                    ok = False
+        if not ok:
+            return None
+        out = []
+        for target, value in zip(stmt.targets, values):
+            out.append(self._bind_target(target, value, space))
+        return None if any(s is None for s in out) else out
+
+    def _bind_target(self, target: ast.Name, value: Typed, shape: Shape) -> Slot | None:
+        self.poisoned.discard(target.id)
+        slot = self.current.get(target.id)
+        in_repeat = bool(self.repeat_outer)
+        if slot is not None and slot.role in ("inout", "out"):
+            (self.assigned_in_repeat if in_repeat else self.assigned).add(slot.name)
+            return slot
+        vtype = value.type if isinstance(value, Strong) else default_type(value.kind)
+        if slot is not None and slot.type == vtype and slot.shape == shape:
+            return slot
+        if slot is not None and in_repeat and target.id in self.repeat_outer[-1]:
+            self.diags.error(target.loc, f"'{target.id}' is carried around the repeat loop, so it must keep "
+                                         f"its type: {fmt_slot(slot)} before, {vtype}{fmt_shape(shape)} here")
+            return None
+        count = sum(1 for s in self.slots if s.name == target.id or s.name.startswith(target.id + "."))
+        name = target.id if count == 0 else f"{target.id}.{count + 1}"
+        new = Slot(name, vtype, shape, "temp", loc=target.loc)
+        self.slots.append(new)
+        self.current[target.id] = new
+        return new
+
+    # ---- canonical shapes (dims that met in a broadcast share one name)
+    def _canonical(self, slot: Slot) -> Slot:
+        if slot.role != "temp":
+            return slot
+        return Slot(slot.name, slot.type, tuple(self.dims.find(d) for d in slot.shape), slot.role, loc=slot.loc)
+
+    def _canonical_stmts(self, stmts: list[Stmt]) -> tuple[Stmt, ...]:
+        out = []
+        for s in stmts:
+            if isinstance(s, Repeat):
+                out.append(Repeat(s.count, self._canonical_stmts(list(s.body)), loc=s.loc))
+            else:
+                out.append(Apply(s.targets, s.body, tuple(self.dims.find(d) for d in s.shape), s.callee, loc=s.loc))
+        return tuple(out)
