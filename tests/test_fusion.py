@@ -156,3 +156,8 @@ def test_repeat_fuses_to_one_persistent_kernel_or_repeats_launches():
     two = compiled("tests/programs/repeat.fz", "two_spaces")  # [cols] and [rows, cols]: no persistent kernel
     assert [k.count for k in two.plan.kernels] == [None, None] and two.plan.steps[0].kernels == (0, 1)
     assert any("launched k times" in d.reason for k in two.plan.kernels for d in k.decisions)
+
+
+def test_cli_persistent_form(run_cli):
+    code, out, _ = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "--persistent")
+    assert code == 0 and "i += (long long)gridDim.x * blockDim.x" in out and "_v4(" not in out
