@@ -73,3 +73,13 @@ def test_foreach_needs_one_elementwise_kernel():
     with pytest.raises(ValueError, match="fuses into one kernel"):
         mod = fusec.jit(str(ROOT / "tests" / "programs" / "shapes.fz"), backend="sim")
         mod.colscale.foreach([])
+
+
+@pytest.mark.sim
+def test_foreach_sets_may_not_share_written_memory():
+    f = fusec.jit(ADAM, backend="sim")
+    a, b = adam_sets([8, 8])
+    with pytest.raises(ArgumentError, match="shares memory with another set"):
+        f.foreach([a, (a[0],) + b[1:]], *SCALARS)  # both sets would update the same param
+    shared_grad = (b[0], a[1], b[2], b[3])  # a gradient read by two sets is fine
+    f.foreach([a, shared_grad], *SCALARS)

@@ -42,6 +42,7 @@ class MultiTensorExecutor(Executor):
                 raise ArgumentError(f"foreach set {j}: {exc}") from None
             per_set.append(values)
             sizes.append(set_sizes.kernels[0][0])
+        self._check_across_sets(per_set)
         # The work items: every CHUNK elements of every set, as (set, first element).
         items = [(j, start) for j, n in enumerate(sizes) for start in range(0, n, CHUNK)]
         if items:
@@ -62,3 +63,23 @@ class MultiTensorExecutor(Executor):
             self.backend.launch(kernel, len(items) * BLOCK_SIZE, launch_args, None, False)
         return [self._result(values) for values in per_set]
 
+    def _check_across_sets(self, per_set: list[list]) -> None:
+        """No written array may share memory with any other array: one sweep over
+        the arrays sorted by address. (Within a set `_allocate` has checked
+        already, so an overlap with a written array is always across sets.)"""
+        spans = []
+        for j, values in enumerate(per_set):
+            for role, value in zip(self.roles, values):
+                if role != "scalar":
+                    start, end = self.backend.span(value)
+                    if end > start:
+                        spans.append((start, end, role != "in", j))
+        spans.sort()
+        end_any = end_written = 0
+        for start, end, written, j in spans:
+            if (written and start < end_any) or start < end_written:
+                raise ArgumentError(f"foreach set {j} shares memory with another set, and one of them writes it: "
+                                    "pass separate arrays")
+            end_any = max(end_any, end)
+            if written:
+                end_written = max(end_written, end)
