@@ -10,17 +10,17 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, Tree, __version__ as lark_version, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token, Transformer, __version__ as lark_version
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ast
 from .cachedir import cache_dir
 from .errors import Diagnostic, FzError, Loc, Source
 
-# Deepest syntax tree accepted. An expression level costs a few tree levels,
-# so this allows ~70 levels of nested parentheses or a 100-term chain written
-# left to right; the tree walkers below recurse once per level, so the bound
-# keeps them far from Python's recursion limit (1000 frames).
+# Deepest syntax tree accepted (declarations and statements take ~4 levels,
+# each operator or call one; parentheses none): a chain of ~190 terms written
+# left to right. The checker recurses once per level, so the bound keeps it far
+# from Python's recursion limit (1000 frames).
 MAX_TREE_DEPTH = 200
 
 # Friendly names for the terminals in "expected ..." messages.
@@ -32,7 +32,10 @@ _CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
 @functools.cache
 def _lark() -> Lark:
     grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
-    options = dict(parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True)
+    # The transformer builds the syntax tree as the parser reduces (no parse tree
+    # in between): half the time of a separate pass on large programs.
+    options = dict(parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True,
+                   transformer=_ToAst())
     # Building the LALR tables takes ~250 ms; Lark keeps them on disk, keyed on
     # the grammar and options, so later processes load them in a few ms.
     cache = cache_dir("grammar")
@@ -68,16 +71,11 @@ def decode_source(data: bytes, name: str) -> Source:
 def parse(source: Source) -> ast.Module:
     """Parses a whole program; raises FzError with the location of the first syntax error."""
     try:
-        tree = _lark().parse(source.text)
+        module = _lark().parse(source.text)
     except UnexpectedInput as exc:
         raise FzError(_syntax_error(exc, source), source) from None
-    _check_depth(tree, source)
-    try:
-        return _ToAst().transform(tree)
-    except VisitError as exc:  # unwrap so the user sees the real error
-        if isinstance(exc.orig_exc, FzError):
-            raise exc.orig_exc.with_source(source) from None
-        raise
+    _check_depth(module, source)
+    return module
 
 
 def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
@@ -117,25 +115,24 @@ def _one_of(items: list[str]) -> str:
     return "one of " + ", ".join(items)
 
 
-def _check_depth(tree: Tree, source: Source) -> None:
-    """Iteratively finds a subtree nested deeper than MAX_TREE_DEPTH."""
-    stack = [(tree, 1)]
+def _check_depth(module: ast.Module, source: Source) -> None:
+    """Iteratively finds a syntax node nested deeper than MAX_TREE_DEPTH."""
+    stack = [(module, 1)]
     while stack:
         node, depth = stack.pop()
+        if isinstance(node, tuple):
+            stack.extend((child, depth) for child in node)
+            continue
+        if not hasattr(node, "__slots__"):
+            continue  # a name, a number, None
         if depth > MAX_TREE_DEPTH:
-            loc = _tree_loc(node)
-            raise FzError(Diagnostic(loc, f"expression is nested too deeply (more than {MAX_TREE_DEPTH} "
-                                          "levels); split it into several statements or stages"), source)
-        stack.extend((child, depth + 1) for child in node.children if isinstance(child, Tree))
+            raise FzError(Diagnostic(node.loc, f"expression is nested too deeply (more than {MAX_TREE_DEPTH} "
+                                               "levels); split it into several statements or stages"), source)
+        stack.extend((getattr(node, f), depth + 1) for f in node.__slots__ if f != "loc")
 
 
-def _tree_loc(node: Tree) -> Loc:
-    meta = node.meta
-    return Loc(meta.line, meta.column) if not meta.empty else Loc()
-
-
-def _loc(item: Token | Tree) -> Loc:
-    return Loc(item.line, item.column) if isinstance(item, Token) else _tree_loc(item)
+def _loc(token: Token) -> Loc:
+    return Loc(token.line, token.column)
 
 
 def _expr(item) -> ast.Expr:
@@ -147,91 +144,86 @@ def _expr(item) -> ast.Expr:
     return item
 
 
-def _expr_loc(item) -> Loc:
-    return _expr(item).loc
-
-
-@v_args(meta=True)
 class _ToAst(Transformer):
     """Lark tree -> ast nodes (each method is one grammar rule)."""
 
-    def start(self, meta, decls):
+    def start(self, decls):
         return ast.Module(tuple(decls))
 
     # ---- declarations
-    def stage_def(self, meta, children):
+    def stage_def(self, children):
         name, params, (named, results), body = children
         return ast.StageDef(str(name), params or (), results, named, body, loc=_loc(name))
 
-    def pipeline_def(self, meta, children):
+    def pipeline_def(self, children):
         name, params, outputs, body = children
         return ast.PipelineDef(str(name), params or (), outputs or (), body, loc=_loc(name))
 
-    def params(self, meta, items):
+    def params(self, items):
         return tuple(items)
 
-    def outputs(self, meta, items):
+    def outputs(self, items):
         return tuple(items)
 
-    def param(self, meta, children):
+    def param(self, children):
         inout, name, type_ref = children
         return ast.Param(str(name), type_ref, inout is not None, loc=_loc(name))
 
-    def single_result(self, meta, children):
+    def single_result(self, children):
         (type_ref,) = children
         return False, (ast.Param("result", type_ref, False, loc=type_ref.loc),)
 
-    def named_results(self, meta, items):
+    def named_results(self, items):
         return True, tuple(items)
 
-    def type_ref(self, meta, children):
+    def type_ref(self, children):
         name, dims = children
         return ast.TypeRef(str(name), dims, loc=_loc(name))
 
-    def dims(self, meta, items):
+    def dims(self, items):
         return tuple(ast.Dim(int(str(t), 0) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
 
     # ---- statements
-    def stage_block(self, meta, stmts):
+    def stage_block(self, stmts):
         return tuple(stmts)
 
     pipe_block = stage_block
 
-    def let_stmt(self, meta, children):
+    def let_stmt(self, children):
         name, value = children
         return ast.Let(str(name), _expr(value), loc=_loc(name))
 
-    def return_stmt(self, meta, children):
-        (value,) = children
-        return ast.Return(_expr(value), loc=Loc(meta.line, meta.column))
+    def return_stmt(self, children):
+        keyword, value, _semicolon = children
+        return ast.Return(_expr(value), loc=_loc(keyword))
 
-    def assign(self, meta, children):
+    def assign(self, children):
         targets, value = children
         return ast.Assign(targets, _expr(value), loc=targets[0].loc)
 
-    def targets(self, meta, names):
+    def targets(self, names):
         return tuple(ast.Name(str(n), loc=_loc(n)) for n in names)
 
-    def repeat(self, meta, children):
-        count, body = children
-        return ast.Repeat(_expr(count), body, loc=Loc(meta.line, meta.column))
+    def repeat(self, children):
+        keyword, count, body = children
+        return ast.Repeat(_expr(count), body, loc=_loc(keyword))
 
     # ---- expressions
-    def _binary(self, meta, children):
+    def _binary(self, children):
         left, op, right = children
         return ast.Binary(str(op), _expr(left), _expr(right), loc=_loc(op))
 
     or_expr = and_expr = equality = relation = sum = product = power = _binary
 
-    def unary(self, meta, children):
+    def unary(self, children):
         op, operand = children
         return ast.Unary(str(op), _expr(operand), loc=_loc(op))
 
-    def ternary(self, meta, children):
+    def ternary(self, children):
         cond, question, then, _colon, other = children
         return ast.Ternary(_expr(cond), _expr(then), _expr(other), loc=_loc(question))
 
-    def call(self, meta, children):
+    def call(self, children):
         name, *args = children
         args = tuple(_expr(a) for a in args if a is not None)
         return ast.Call(str(name), args, loc=_loc(name))

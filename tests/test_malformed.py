@@ -97,7 +97,7 @@ CASES = [
                                "    y = f(x);\n}", 3, 11, "argument 1 ('a') of stage 'f': cannot convert f32 to i32"),
     ("bool_builtin", "pipeline p(a: bool[n]) -> (y: bool[n]) {\n    y = max(a, a);\n}", 2, 9, "max() needs numbers"),
     ("tab_and_unicode", P + "\ty = x \u00d7 s;\n}", 2, 8, "unexpected character '\u00d7'"),
-    ("deep_nesting", P + "    y = " + "-" * 400 + "x;\n}", 2, 205, "nested too deeply"),
+    ("deep_nesting", P + "    y = " + "-" * 400 + "x;\n}", 2, 206, "nested too deeply"),
 ]
 
 
