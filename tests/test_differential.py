@@ -70,6 +70,11 @@ def arguments(seed: int, n: int = 37, m: int = 3):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs(), st.integers(0, 1000))
 def test_random_programs_sim_equals_reference_exactly(source, seed):
+    assert_sim_equals_reference(source, seed)
+
+
+def assert_sim_equals_reference(source: str, seed: int) -> None:
+    """Fused and unfused, in the sim, bit for bit the reference's outputs."""
     program = check_source(Source("random.fz", source))
     expected = reference(program, "p", *arguments(seed))
     for fuse in (True, False):
@@ -138,9 +143,4 @@ def repeat_programs(draw):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(repeat_programs(), st.integers(0, 1000))
 def test_random_repeat_programs_exactly(source, seed):
-    program = check_source(Source("random.fz", source))
-    expected = reference(program, "p", *arguments(seed))
-    for fuse in (True, False):
-        got = Pipeline(program, "p", fuse=fuse, backend="sim")(*arguments(seed))
-        for g, e in zip(got, expected):
-            np.testing.assert_array_equal(g, e, err_msg=f"fuse={fuse}\n{source}")
+    assert_sim_equals_reference(source, seed)

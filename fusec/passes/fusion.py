@@ -55,6 +55,9 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
     for j, s in enumerate(stages):
         for v in s.reads():
             readers.setdefault(v, set()).add(j)
+    # Pipeline results, what a loop reads from its buffers when it starts, and each
+    # iteration's exit values (the next iteration reads them from memory).
+    must_store = set(graph.results) | set(graph.loop_inputs) | {e for lp in graph.loops for _, e in lp.carried}
     groups: list[list[int]] = []
     decisions: list[Decision] = []
     for i, stage in enumerate(stages):
@@ -69,14 +72,14 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
                 refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
                                 f"{fmt_shape(members[0].shape)}")
             else:
-                candidate = build_kernel(graph, members + [stage], _stored(graph, readers, groups[k] + [i]))
+                candidate = build_kernel(graph, members + [stage], _stored(graph, readers, must_store, groups[k] + [i]))
                 if candidate.est_regs > options.max_regs:
                     refusals.append(f"not fused with k{k}: estimated {candidate.est_regs} registers "
                                     f"> budget {options.max_regs}")
                     break
                 joined = k
                 decisions.append(Decision(stage.name, k, True,
-                                          f"fused into k{k} ({_relation(stage, members, producer, stages)})"))
+                                          f"fused into k{k} ({_relation(stage, members, producer)})"))
                 break
             conflict = _conflict(graph, stage, members)
             if conflict:
@@ -98,22 +101,20 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
             decisions.append(Decision(stages[loop.start].name, members[0], False,
                                       f"repeat body is {len(members)} kernels, launched {loop.count} times: "
                                       "not one persistent kernel"))
-    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, readers, g) for g in groups),
+    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, readers, must_store, g) for g in groups),
                      tuple(decisions), tuple(loops))
 
 
-def _stored(graph: StageGraph, readers: dict[str, set[int]], group: list[int]) -> frozenset[str]:
-    """Values produced in the group that must reach memory (`readers`: value -> stages reading it):
-    pipeline results, what another kernel reads, what a loop reads from its buffers at its start,
-    and a loop iteration's exit values (the next iteration reads them from memory)."""
+def _stored(graph: StageGraph, readers: dict[str, set[int]], must_store: set[str],
+            group: list[int]) -> frozenset[str]:
+    """Values produced in the group that must reach memory: those in `must_store`,
+    and those a stage outside the group reads (`readers`: value -> stages reading it)."""
     inside = set(group)
     produced = [v for j in group for v in graph.stages[j].outputs]
-    loop_exits = {exit_value for loop in graph.loops for _, exit_value in loop.carried}
-    return frozenset(v for v in produced if v in graph.results or readers.get(v, set()) - inside
-                     or v in graph.loop_inputs or v in loop_exits)
+    return frozenset(v for v in produced if v in must_store or readers.get(v, set()) - inside)
 
 
-def _relation(stage: Stage, members: list[Stage], producer: dict[str, int], stages) -> str:
+def _relation(stage: Stage, members: list[Stage], producer: dict[str, int]) -> str:
     made_here = {v: s for s in members for v in s.outputs}
     for v in sorted(stage.reads()):
         if v in made_here:
