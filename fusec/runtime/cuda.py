@@ -122,6 +122,7 @@ class CudaBackend:
         self.arch = arch or device_arch()
         module = load_module(compiled.cuda, self.arch)
         self.kernels = {}   # variant name -> (function, block)
+        self.persistent_grids: dict[str, int] = {}  # a persistent kernel's blocks, once computed
         self.launchers = {}  # kernel name -> (converters, (scalar variant, vector variant))
         for kernel in compiled.plan.kernels:
             for name in dict.fromkeys(variant_names(kernel)):
@@ -240,13 +241,15 @@ class CudaBackend:
         threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
         blocks = -(-threads // block)
         if kernel.persistent:  # a grid that just fills the device, each thread striding
-            blocks = min(blocks, self._persistent_blocks(function, block))
+            grid = self.persistent_grids.get(kernel.name)
+            if grid is None:
+                grid = self.persistent_grids[kernel.name] = self._persistent_blocks(function, block)
+            blocks = min(blocks, grid)
         if stream is None:
             function((blocks,), (block,), converted)
         else:
             function((blocks,), (block,), converted, stream=stream)
 
-    @functools.lru_cache(maxsize=None)
     def _persistent_blocks(self, function, block: int) -> int:
         """Blocks that fill every SM at the kernel's occupancy (from its real register use)."""
         device = self.cp.cuda.Device()

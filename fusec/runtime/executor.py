@@ -89,7 +89,7 @@ class Executor:
             alignment = [(position[buf], size) for buf, size in vector_alignment(k)]
             self.launches.append((k, params, alignment, needs_coordinates(k)))
         # The launch order: kernel indices, and Repeats of them (a repeat body not made persistent).
-        self.steps = compiled.plan.steps or tuple(range(len(self.launches)))
+        self.steps = compiled.plan.steps
         counts = [s.count for s in self.steps if isinstance(s, Repeat)] + \
             [k.count for k in compiled.plan.kernels if k.count is not None]
         self.counts = {c: position[c] for c in counts if isinstance(c, str)}
