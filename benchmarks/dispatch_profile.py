@@ -40,3 +40,12 @@ print(f"{per_call(lambda: f(x, 1.5, -0.25)):.2f} µs |")
 backend.launch = launch
 cProfile.run("for _ in range(20000): f(x, 1.5, -0.25)", "/tmp/dispatch.prof")
 pstats.Stats("/tmp/dispatch.prof").sort_stats("tottime").print_stats(14)
+
+# The same for a replay under graph=True: the seed's chain unfused (three kernels).
+g = fusec.jit("examples/scale_bias_relu.fz", backend="cuda", fuse=False, graph=True)
+g(x, 1.5, -0.25)
+graph = next(iter(g._runner._graphs.values()))[0]
+print(f"| graph replay g(x, s, b), unfused | {per_call(lambda: g(x, 1.5, -0.25)):.2f} µs |")
+print(f"| cupy.cuda.Graph.launch() of the same graph | {per_call(graph.launch):.2f} µs |")
+cProfile.run("for _ in range(20000): g(x, 1.5, -0.25)", "/tmp/graph.prof")
+pstats.Stats("/tmp/graph.prof").sort_stats("tottime").print_stats(10)

@@ -177,10 +177,16 @@ class KernelParam:
     written: bool = False
 
 
+# A multi-tensor kernel's work item: elements [start, end) of one tensor set,
+# [start, vector_end) of them in 16-byte vectors (the set's arrays are aligned)
+# and the rest one per thread.
+WORK_ITEM = ("set", "start", "vector_end", "end")
+
+
 def kernel_params(kernel: Kernel) -> list[KernelParam]:
     """A multi-tensor kernel takes, per array, a table of pointers (kind
-    "pointers", one per tensor set), then "sizes" (elements per set), "table"
-    (the work items: set index and first element) and "chunks" (their number)."""
+    "pointers", one per tensor set), then "table" (the work items, four
+    integers each: see `WORK_ITEM`) and "chunks" (their number)."""
     params: dict[str, KernelParam] = {}
     written = {a.buffer for a, _ in kernel.stores}
     kind = "pointers" if kernel.multi_tensor else "array"
@@ -190,7 +196,7 @@ def kernel_params(kernel: Kernel) -> list[KernelParam]:
     types = {ins.attr: ins.type for ins in kernel.body.instrs if ins.op == "load"}
     out += [KernelParam("scalar", name, types[name]) for name in kernel.scalars]
     if kernel.multi_tensor:
-        return out + [KernelParam("sizes", "sizes"), KernelParam("table", "table"), KernelParam("chunks", "chunks")]
+        return out + [KernelParam("table", "table"), KernelParam("chunks", "chunks")]
     out.append(KernelParam("numel", "n"))
     if kernel.count is not None:
         out.append(KernelParam("count", kernel.count))
@@ -207,7 +213,7 @@ def needs_coordinates(kernel: Kernel) -> bool:
 def vector_alignment(kernel: Kernel) -> list[tuple[str, int]]:
     """(buffer, bytes) each array must be aligned to for the vector variant:
     every access that moves a whole vector."""
-    if kernel.persistent:  # one form only: no vector variant to align for
+    if kernel.persistent and not kernel.multi_tensor:  # one form only: no vector variant to align for
         return []
     inner = len(kernel.extents) - 1
     out = []

@@ -83,3 +83,91 @@ def test_foreach_sets_may_not_share_written_memory():
         f.foreach([a, (a[0],) + b[1:]], *SCALARS)  # both sets would update the same param
     shared_grad = (b[0], a[1], b[2], b[3])  # a gradient read by two sets is fine
     f.foreach([a, shared_grad], *SCALARS)
+
+
+@pytest.mark.sim
+def test_foreach_vectors_where_aligned_and_elements_elsewhere():
+    """Sets whose arrays start 4 bytes into an allocation take the one-element
+    path; aligned sets their 16-byte vectors, with a tail; both equal the reference."""
+    sizes = [70_001, 5, 130_000, 66_000]
+    base, expected = adam_sets([n + 1 for n in sizes], seed=4), adam_sets([n + 1 for n in sizes], seed=4)
+    shift = [j % 2 for j in range(len(sizes))]  # every other set misaligned
+    sets = [tuple(a[s:s + n] for a in arrays) for arrays, s, n in zip(base, shift, sizes)]
+    want = [tuple(a[s:s + n] for a in arrays) for arrays, s, n in zip(expected, shift, sizes)]
+    f = fusec.jit(ADAM, backend="sim")
+    f.foreach(sets, *SCALARS)
+    reference = fusec.jit(ADAM, backend="numpy")
+    for arrays in want:
+        reference(*arrays, *SCALARS)
+    for got, exp in zip(sets, want):
+        for a, b in zip(got, exp):
+            np.testing.assert_array_equal(a, b)
+    (prepared,) = f._foreach_runner._prepared.values()
+    assert prepared.aligned == [True, False, True, False]
+
+
+@pytest.mark.sim
+def test_foreach_keeps_its_tables_for_the_same_arrays():
+    """A second call with the same arrays reuses the checked tables (and sees
+    their new values); a set with a different array is checked afresh."""
+    f = fusec.jit(ADAM, backend="sim")
+    runner = f._foreach_runner
+    sets, expected = adam_sets([1000, 70_000]), adam_sets([1000, 70_000])
+    reference = fusec.jit(ADAM, backend="numpy")
+    for step in range(3):
+        f.foreach(sets, *SCALARS)
+        for arrays in expected:
+            reference(*arrays, *SCALARS)
+        sets[0][1][:] = expected[0][1][:] = step  # a new gradient, in place
+    assert len(runner._prepared) == 1
+    for got, want in zip(sets, expected):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    fresh = (sets[1][0].copy(),) + sets[1][1:]
+    f.foreach([sets[0], fresh], *SCALARS)
+    assert len(runner._prepared) == 2
+    read_only = sets[1][0].copy()
+    read_only.flags.writeable = False
+    with pytest.raises(ArgumentError, match="foreach set 1: parameter 'param' is inout, but the array is read-only"):
+        f.foreach([sets[0], (read_only,) + sets[1][1:]], *SCALARS)
+
+
+def _foreach_capable():
+    from fusec.compiler import CompileOptions, compile_pipeline
+    from helpers import pipelines
+    out = []
+    for ident, program, name in pipelines():
+        try:
+            compile_pipeline(program, name, CompileOptions(multi_tensor=True))
+        except ValueError:
+            continue
+        out.append(pytest.param(program, name, id=ident))
+    return out
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("program,name", _foreach_capable())
+def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
+    """Every pipeline foreach accepts, over sets of 70,001, 5, 0 and 1,000
+    elements (the second set 1 element into its allocations), equals one sim
+    call per set, outputs and inout arrays both."""
+    from fusec.jit import Pipeline
+    from helpers import random_args
+    pipeline = program.pipeline(name)
+    arrays = [i for i, p in enumerate(pipeline.params) if p.shape is not None]
+    sets, per_call = [], []
+    for j, size in enumerate([70_001, 5, 0, 1000]):
+        shift = 1 if j == 1 else 0
+        args = random_args(pipeline, size + shift, seed=j)
+        args = [a[shift:] if i in arrays else a for i, a in enumerate(args)]
+        sets.append(args)
+        per_call.append([a.copy() if i in arrays else a for i, a in enumerate(args)])
+    scalars = [a for i, a in enumerate(sets[0]) if i not in arrays]
+    f = Pipeline(program, name, backend="sim")
+    results = f.foreach([tuple(args[i] for i in arrays) for args in sets], *scalars)
+    for args, expected_args, result in zip(sets, per_call, results):
+        expected = f(*expected_args)
+        if expected is not None:
+            assert_matches(result, expected)
+        for i in arrays:
+            assert_matches(args[i], expected_args[i])

@@ -52,3 +52,32 @@ def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, na
         # it must not spill and must stay within the budget the fusion pass kept.
         regs, spills = usage[variant_names(kernel)[1]]
         assert spills == 0 and regs <= compiled.plan.max_regs, (kernel.name, regs, spills)
+
+
+def multi_tensor_pipelines():
+    """The pipelines foreach can run: one elementwise kernel, no broadcast."""
+    out = []
+    for ident, program, name in PIPELINES:
+        try:
+            out.append((ident, compile_pipeline(program, name, CompileOptions(multi_tensor=True))))
+        except ValueError:
+            pass
+    return out
+
+
+MULTI_TENSOR = multi_tensor_pipelines()
+
+
+@pytest.mark.parametrize("ident,compiled", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
+def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
+    """foreach's kernel (a vector loop and an element loop per work item) is not
+    estimated; it must not spill and must stay within the budget."""
+    (kernel,) = compiled.plan.kernels
+    regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant_names(kernel)[0]]
+    assert spills == 0 and regs <= compiled.plan.max_regs, (kernel.name, regs, spills)
+
+
+def test_multi_tensor_kernels_cover_the_examples():
+    idents = {ident for ident, _ in MULTI_TENSOR}
+    assert {"adam:adam", "scale_bias_relu:scale_bias_relu", "quantize:quantize"} <= idents
+    assert "time_step:time_step" not in idents and "bias_gelu:bias_gelu" not in idents

@@ -11,7 +11,7 @@ import jinja2
 
 from ..cachedir import cache_dir
 from ..ir import fmt_shape
-from ..plan import Access, Kernel, ModulePlan, kernel_params, needs_coordinates
+from ..plan import WORK_ITEM, Access, Kernel, ModulePlan, kernel_params, needs_coordinates
 from .cexpr import (HELPERS, cast_expr, compute_type, const, load_expr, op_expr, scalar_param_type,
                     storage_type, store_expr)
 from .names import Namer
@@ -64,7 +64,7 @@ class _KernelEmitter:
         self.count = namer.fresh("count") if kernel.count is not None else None
         if kernel.multi_tensor:
             self.tables = {p.key: namer.fresh(f"{self.buffers[p.key]}_ptrs") for p in params if p.kind == "pointers"}
-            self.sizes, self.table, self.chunks = (namer.fresh(n) for n in ("sizes", "table", "chunks"))
+            self.table, self.chunks = namer.fresh("table"), namer.fresh("chunks")
         self.decls = [self._decl(p) for p in params]
         self.coords, self.coord_names = self._coordinates(self.i, self.extents)
 
@@ -79,8 +79,8 @@ class _KernelEmitter:
         if p.kind == "pointers":
             qual = "" if p.written else "const "
             return f"{qual}{storage_type(p.type)}* const* __restrict__ {self.tables[p.key]}"
-        if p.kind in ("sizes", "table"):
-            return f"const long long* __restrict__ {self.sizes if p.kind == 'sizes' else self.table}"
+        if p.kind == "table":
+            return f"const long long* __restrict__ {self.table}"
         if p.kind == "chunks":
             return f"const long long {self.chunks}"
         if p.kind == "array":
@@ -149,20 +149,20 @@ class _KernelEmitter:
                 "count": self.count, "it": iteration, "coords": self.coords, "pre": before, "lines": inside,
                 "stores": self._stores(self.i, refs)}
 
-    def _vector_variant(self) -> dict:
+    def _vector_body(self, namer: Namer) -> dict:
+        """The computation for one 16-byte vector per array at index i: loads,
+        the elements in an unrolled loop over `lane`, then vector stores."""
         k, width = self.k, self.k.vector
-        namer = self._local_namer()
         lane = namer.fresh("k")  # the element within the vector
-        vec = {}
         pre, loads = [], {}
         inner = len(k.extents) - 1
         for a in k.loads:
             ptr = f"{self.buffers[a.buffer]} + {self.index(a)}"
             if a.contiguous or a.present[inner]:  # E consecutive elements: one vector
-                vec[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_v")
-                pre.append(f"const fz_vec<{storage_type(a.type)}, {width}> {vec[a.value]} = "
+                vec = namer.fresh(f"{self.buffers[a.buffer]}_v")
+                pre.append(f"const fz_vec<{storage_type(a.type)}, {width}> {vec} = "
                            f"*reinterpret_cast<const fz_vec<{storage_type(a.type)}, {width}>*>({ptr});")
-                loads[a.value] = load_expr(a.type, f"{vec[a.value]}.v[{lane}]")
+                loads[a.value] = load_expr(a.type, f"{vec}.v[{lane}]")
             else:  # the same element for the whole vector: one load
                 name = namer.fresh(f"{self.buffers[a.buffer]}_s")
                 pre.append(f"const {storage_type(a.type)} {name} = {self.buffers[a.buffer]}[{self.index(a)}];")
@@ -174,35 +174,39 @@ class _KernelEmitter:
         lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
         stores = [f"*reinterpret_cast<fz_vec<{storage_type(a.type)}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                   f"= {out_vec[a.value]};" for a, _ in k.stores]
+        self.helpers.add("vec")
+        return {"vector": width, "lane": lane, "pre": pre, "declare": declare, "lines": lines, "stores": stores}
+
+    def _vector_variant(self) -> dict:
+        k = self.k
         tail = None
         if not needs_coordinates(k):  # with broadcasts the runtime only picks this variant when n % E == 0
             tail_namer = self._local_namer()
             j = tail_namer.fresh("j")
             tail = {"j": j, **self._scalar_body(j, tail_namer)}
-        self.helpers.add("vec")
-        return {"name": f"{k.name}_v{width}", "vector": width, "loop": False, "multi": False, "lane": lane,
-                "params": self.decls,
-                "i": self.i,
-                "n": self.n,
-                "coords": self.coords, "pre": pre, "declare": declare, "lines": lines, "stores": stores,
-                "tail": tail}
+        return {"name": f"{k.name}_v{k.vector}", "loop": False, "multi": False, "params": self.decls,
+                "i": self.i, "n": self.n, "coords": self.coords, "tail": tail,
+                **self._vector_body(self._local_namer())}
 
     def _multi_tensor_variant(self) -> dict:
-        """foreach: blocks stride over a table of (tensor set, first element) work
-        items; each item is up to CHUNK elements of one set's arrays."""
+        """foreach: blocks stride over a table of work items, each up to CHUNK
+        elements of one set's arrays: whole 16-byte vectors where the set's
+        arrays are aligned, then one element per thread."""
         namer = self._local_namer()
-        namer.taken |= set(self.tables.values()) | {self.sizes, self.table, self.chunks}
-        item, tensor, start, end = (namer.fresh(n) for n in ("c", "t", "start", "end"))
+        namer.taken |= set(self.tables.values()) | {self.table, self.chunks}
+        item, fields = namer.fresh("c"), {f: namer.fresh(f) for f in WORK_ITEM}
         pointers = []
         for p in kernel_params(self.k):
             if p.kind == "pointers":
                 qual = "" if p.written else "const "
                 pointers.append(f"{qual}{storage_type(p.type)}* __restrict__ {self.buffers[p.key]} = "
-                                f"{self.tables[p.key]}[{tensor}];")
-        body = self._scalar_body(self.i, namer)
+                                f"{self.tables[p.key]}[{fields['set']}];")
+        # The two loops are separate scopes: each body may name its locals freely.
+        vector_body = self._vector_body(namer.copy())
         return {"name": f"{self.k.name}_mt", "vector": 0, "loop": False, "multi": True, "params": self.decls,
-                "i": self.i, "item": item, "tensor": tensor, "start": start, "end": end, "chunk": CHUNK,
-                "sizes": self.sizes, "table": self.table, "chunks": self.chunks, "pointers": pointers, **body}
+                "i": self.i, "item": item, "fields": fields, "width": len(WORK_ITEM), "table": self.table,
+                "chunks": self.chunks, "pointers": pointers, "vector_body": vector_body,
+                **self._scalar_body(self.i, namer)}
 
     def _computation(self, loads: dict[str, str], namer: Namer,
                      mutable: set[int] = frozenset()) -> tuple[list[str | None], list[str]]:

@@ -31,6 +31,12 @@ class Namer:
         self.taken: set[str] = set(RESERVED)
         self.given: dict[str, str] = {}
 
+    def copy(self) -> "Namer":
+        """A namer with the same names taken, for a separate scope."""
+        other = Namer()
+        other.taken, other.given = set(self.taken), dict(self.given)
+        return other
+
     def user(self, name: str) -> str:
         """The C name of a user's name (a slot, the pipeline); the same name each time."""
         if name not in self.given:

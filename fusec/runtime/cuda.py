@@ -200,6 +200,13 @@ class CudaBackend:
     def pointer(self, array) -> int:
         return array.data.ptr
 
+    def signature(self, value) -> tuple | None:
+        if type(value) is self.cp.ndarray:
+            return value.data.ptr, value.shape, value.strides, value.dtype
+        if hasattr(value, "data_ptr") and hasattr(value, "is_cuda"):  # a torch tensor, read without DLPack
+            return value.data_ptr(), value.shape, value.stride(), value.dtype, value.is_cuda
+        return None
+
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
 
@@ -262,7 +269,7 @@ class CudaBackend:
 
 def _converter(param):
     """How a launch argument becomes a kernel parameter (None: as it is, an array)."""
-    if param.kind in ("array", "pointers", "sizes", "table"):
+    if param.kind in ("array", "pointers", "table"):
         return None
     if param.kind == "scalar":
         return _SCALAR_TYPES[param.type.name]

@@ -34,6 +34,10 @@ class Backend(Protocol):
     def pointer(self, array) -> int:
         """The address of an array's first element."""
 
+    def signature(self, value) -> tuple | None:
+        """A cheap key for an array argument, before any check: equal keys mean
+        the same memory, shape, strides and dtype (None: no cheap key)."""
+
     def empty(self, shape: tuple[int, ...], dtype) -> object: ...
 
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:

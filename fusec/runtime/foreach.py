@@ -1,71 +1,144 @@
 """foreach (multi-tensor apply): one launch over many sets of arrays."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ..codegen.emit import CHUNK
+from ..compiler import Compiled
 from ..errors import ArgumentError
-from .executor import BLOCK_SIZE, Executor
+from .executor import BLOCK_SIZE, Backend, Executor
 
 
 class MultiTensorExecutor(Executor):
-    """Runs a pipeline compiled with `multi_tensor=True` (its one kernel reads
-    per-set pointer tables and a table of work items)."""
+    """Runs a pipeline compiled with `multi_tensor=True`: its one kernel reads
+    a table of pointers per array parameter (one entry per set) and a table of
+    work items.
+
+    What a list of sets fixes (every array checked, the pointer tables and the
+    work items, on the device) is prepared once and kept for the next call
+    with the same arrays, recognised by each array's address, shape, strides
+    and dtype (the backend's `signature`): an optimizer stepping the same
+    parameters pays for one launch and that comparison. A kept preparation
+    holds on to its arrays, as a CUDA graph does; at most MAX_PREPARED are kept,
+    the least recently used dropped first.
+    """
+
+    MAX_PREPARED = 4
+
+    def __init__(self, compiled: Compiled, backend: Backend):
+        super().__init__(compiled, backend)
+        (self.kernel, self.kernel_args, alignment, _), = self.launches
+        first_output = len(self.params)
+        self.input_alignment = [(i, size) for i, size in alignment if i < first_output]
+        self.output_alignment = [(i - first_output, size) for i, size in alignment if i >= first_output]
+        self.array_names = [p.name for p in self.params if p.shape is not None]
+        self.scalar_positions = [i for i, p in enumerate(self.params) if p.shape is None]
+        self._prepared: OrderedDict[tuple, _Prepared] = OrderedDict()
 
     def foreach(self, sets, *scalar_args, **scalar_kwargs) -> list:
-        """The pipeline over many sets of arrays in one launch (a multi-tensor
-        kernel): `sets` is a list with one tuple of array arguments per set, in
-        declaration order; the scalars, given once, are shared. Returns each
-        set's outputs; inout arrays are updated in place."""
-        (kernel, params, _, _), = self.launches
-        array_params = [p for p in self.params if p.shape is not None]
-        scalar_params = [p for p in self.params if p.shape is None]
+        """The pipeline over many sets of arrays in one launch: `sets` is a list
+        with one tuple of array arguments per set, in declaration order; the
+        scalars, given once, are shared. Returns each set's outputs; inout
+        arrays are updated in place."""
         if not isinstance(sets, (list, tuple)) or not sets:
             raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
-        if len(scalar_args) > len(scalar_params) or set(scalar_kwargs) - {p.name for p in scalar_params}:
-            raise ArgumentError(f"foreach takes the scalars {', '.join(p.name for p in scalar_params) or '(none)'}")
-        scalars = dict(zip((p.name for p in scalar_params), scalar_args)) | scalar_kwargs
-        missing = [p.name for p in scalar_params if p.name not in scalars]
+        scalars = self._scalars(scalar_args, scalar_kwargs)
+        prepared = self._lookup(sets, scalars)
+        outputs = [[self.backend.empty(shape, dtype) for shape, dtype in shapes] for shapes in prepared.output_shapes]
+        if prepared.chunks:
+            self._launch_sets(prepared, outputs, scalars)
+        return [out[0] if len(out) == 1 else tuple(out) if out else None for out in outputs]
+
+    def _scalars(self, args: tuple, kwargs: dict) -> dict[int, object]:
+        """The checked scalars, by parameter position."""
+        names = [self.params[i].name for i in self.scalar_positions]
+        if len(args) > len(names) or set(kwargs) - set(names):
+            raise ArgumentError(f"foreach takes the scalars {', '.join(names) or '(none)'}")
+        given = dict(zip(names, args))
+        twice = sorted(set(given) & set(kwargs))
+        if twice:
+            raise ArgumentError(f"foreach got scalar '{twice[0]}' twice")
+        given |= kwargs
+        missing = [name for name in names if name not in given]
         if missing:
             raise ArgumentError(f"foreach is missing scalar{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-        per_set, sizes = [], []
+        return {i: self.checkers[i](given[self.params[i].name]) for i in self.scalar_positions}
+
+    def _lookup(self, sets, scalars: dict) -> "_Prepared":
+        key = self._key(sets)
+        prepared = self._prepared.get(key) if key is not None else None
+        if prepared is not None:
+            self._prepared.move_to_end(key)
+            return prepared
+        prepared = self._prepare_sets(sets, scalars)
+        if key is not None:
+            self._prepared[key] = prepared
+            if len(self._prepared) > self.MAX_PREPARED:
+                self._prepared.popitem(last=False)
+        return prepared
+
+    def _key(self, sets) -> tuple | None:
+        """Every array's signature, or None where some array has none (then
+        nothing is kept, and every call checks everything)."""
+        signature = self.backend.signature
+        key = []
+        for arrays in sets:
+            if type(arrays) not in (tuple, list):
+                return None
+            key.append(tuple(map(signature, arrays)))
+            if None in key[-1]:
+                return None
+        return tuple(key)
+
+    def _prepare_sets(self, sets, scalars: dict) -> "_Prepared":
+        """Every set checked (as a call would check it), then across sets; the tables built."""
+        per_set, sizes, output_shapes = [], [], []
         for j, arrays in enumerate(sets):
-            if not isinstance(arrays, (list, tuple)) or len(arrays) != len(array_params):
-                raise ArgumentError(f"foreach set {j}: expected {len(array_params)} arrays "
-                                    f"({', '.join(p.name for p in array_params)}), got {arrays!r:.60}")
+            if not isinstance(arrays, (list, tuple)) or len(arrays) != len(self.array_names):
+                raise ArgumentError(f"foreach set {j}: expected {len(self.array_names)} arrays "
+                                    f"({', '.join(self.array_names)}), got {arrays!r:.60}")
             given = iter(arrays)
-            args = [next(given) if p.shape is not None else scalars[p.name] for p in self.params]
+            args = [scalars[i] if i in scalars else next(given) for i in range(len(self.params))]
             try:
                 values, _, _, set_sizes = self._bind(args, {})
-                self._allocate(values, None, set_sizes)
+                if self.inout:
+                    self._check_aliasing(values)
             except ArgumentError as exc:
                 raise ArgumentError(f"foreach set {j}: {exc}") from None
             per_set.append(values)
             sizes.append(set_sizes.kernels[0][0])
+            output_shapes.append(set_sizes.outputs)
         self._check_across_sets(per_set)
-        # The work items: every CHUNK elements of every set, as (set, first element).
-        items = [(j, start) for j, n in enumerate(sizes) for start in range(0, n, CHUNK)]
-        if items:
-            table = self.backend.table(np.array(items, np.int64).reshape(-1, 2))
-            launch_args = []
-            for kind, key in params:
-                if kind == "pointers":
-                    pointers = [self.backend.pointer(values[key]) for values in per_set]
-                    launch_args.append(self.backend.table(np.array(pointers, np.uint64)))
-                elif kind == "scalar":
-                    launch_args.append(per_set[0][key])
-                elif kind == "sizes":
-                    launch_args.append(self.backend.table(np.array(sizes, np.int64)))
-                elif kind == "table":
-                    launch_args.append(table)
-                else:
-                    launch_args.append(len(items))
-            self.backend.launch(kernel, len(items) * BLOCK_SIZE, launch_args, None, False)
-        return [self._result(values) for values in per_set]
+        pointer = self.backend.pointer
+        aligned = [all(pointer(values[i]) % size == 0 for i, size in self.input_alignment) for values in per_set]
+        tables = {key: self._pointer_table([values[key] for values in per_set])
+                  for kind, key in self.kernel_args if kind == "pointers" and key < len(self.params)}
+        items = work_items(sizes, aligned, self.kernel.vector)
+        return _Prepared(per_set, tables, sizes, aligned, self.backend.table(items), len(items), output_shapes)
+
+    def _launch_sets(self, prepared: "_Prepared", outputs: list[list], scalars: dict) -> None:
+        tables, items = prepared.tables, prepared.items
+        if outputs[0]:
+            first = len(self.params)
+            tables = tables | {first + k: self._pointer_table([out[k] for out in outputs])
+                               for k in range(len(outputs[0]))}
+            pointer = self.backend.pointer
+            aligned = [ok and all(pointer(out[k]) % size == 0 for k, size in self.output_alignment)
+                       for ok, out in zip(prepared.aligned, outputs)]
+            if aligned != prepared.aligned:  # an allocator that hands out less aligned memory
+                items = self.backend.table(work_items(prepared.sizes, aligned, self.kernel.vector))
+        args = [tables[key] if kind == "pointers" else scalars[key] if kind == "scalar"
+                else items if kind == "table" else prepared.chunks for kind, key in self.kernel_args]
+        self.backend.launch(self.kernel, prepared.chunks * BLOCK_SIZE, args, None, False)
+
+    def _pointer_table(self, arrays: list):
+        return self.backend.table(np.array([self.backend.pointer(a) for a in arrays], np.uint64))
 
     def _check_across_sets(self, per_set: list[list]) -> None:
         """No written array may share memory with any other array: one sweep over
-        the arrays sorted by address. (Within a set `_allocate` has checked
+        the arrays sorted by address. (Within a set `_check_aliasing` has checked
         already, so an overlap with a written array is always across sets.)"""
         spans = []
         for j, values in enumerate(per_set):
@@ -83,3 +156,26 @@ class MultiTensorExecutor(Executor):
             end_any = max(end_any, end)
             if written:
                 end_written = max(end_written, end)
+
+
+def work_items(sizes: list[int], aligned: list[bool], width: int) -> np.ndarray:
+    """The work items (plan.WORK_ITEM): every CHUNK elements of every set,
+    its whole vectors marked where the set's arrays are aligned."""
+    sizes = np.asarray(sizes, np.int64)
+    counts = -(-sizes // CHUNK)
+    sets = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+    start = (np.arange(counts.sum(), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)) * CHUNK
+    end = np.minimum(start + CHUNK, sizes[sets])
+    vector_end = np.where(np.asarray(aligned, bool)[sets], start + (end - start) // width * width, start)
+    return np.stack([sets, start, vector_end, end], axis=1)
+
+
+class _Prepared:
+    """What one list of argument sets fixes."""
+
+    __slots__ = ("values", "tables", "sizes", "aligned", "items", "chunks", "output_shapes")
+
+    def __init__(self, values, tables, sizes, aligned, items, chunks, output_shapes):
+        self.values = values  # the checked arrays, held so that their memory stays theirs
+        self.tables, self.sizes, self.aligned = tables, sizes, aligned
+        self.items, self.chunks, self.output_shapes = items, chunks, output_shapes

@@ -75,7 +75,7 @@ class SimBackend:
                 elif p.kind == "pointers":
                     params.append(f"void* a{j}")
                     args.append(f"({'' if p.written else 'const '}{storage_type(p.type)}* const*)a{j}")
-                elif p.kind in ("sizes", "table"):
+                elif p.kind == "table":
                     params.append(f"void* a{j}")
                     args.append(f"(const long long*)a{j}")
                 elif p.kind == "scalar":
@@ -120,6 +120,11 @@ class SimBackend:
     def pointer(self, array: np.ndarray) -> int:
         return array.__array_interface__["data"][0]
 
+    def signature(self, value) -> tuple | None:
+        if type(value) is not np.ndarray:
+            return None
+        return self.pointer(value), value.shape, value.strides, value.dtype, value.flags.writeable
+
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
@@ -161,7 +166,7 @@ def host_span(array: np.ndarray) -> tuple[int, int]:
 
 
 def _ctype(p):
-    if p.kind in ("array", "pointers", "sizes", "table"):
+    if p.kind in ("array", "pointers", "table"):
         return ctypes.c_void_p
     if p.kind == "scalar":
         return _CTYPES[p.type.name]
