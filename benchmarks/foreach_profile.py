@@ -39,10 +39,12 @@ print(f"| {len(flat)} x t.shape | {host(lambda: [t.shape for t in flat]):.1f} µ
 print(f"| {len(flat)} x t.stride() | {host(lambda: [t.stride() for t in flat]):.1f} µs |")
 print(f"| {len(flat)} x t.dtype, t.is_cuda | {host(lambda: [(t.dtype, t.is_cuda) for t in flat]):.1f} µs |")
 print(f"| {len(flat)} x backend.signature | {host(lambda: list(map(runner.backend.signature, flat))):.1f} µs |")
+print(f"| backend.signatures of all {len(flat)} | {host(lambda: runner.backend.signatures(flat)):.1f} µs |")
 print(f"| runner._key(sets) | {host(lambda: runner._key(sets)):.1f} µs |")
-print(f"| hash(key) | {host(lambda: hash(runner._key(sets))):.1f} µs |")
+key = runner._key(sets)
+print(f"| key == key | {host(lambda: runner._key(sets) == key):.1f} µs |")
 print(f"| whole foreach, host | {host(lambda: adam.foreach(sets, *scalars), iters=10):.1f} µs |")
-prepared = next(iter(runner._prepared.values()))
+prepared = runner._prepared[0][1]
 args = [prepared.tables[key] if kind == "pointers" else np.float32(0.5) if kind == "scalar"
         else prepared.items if kind == "table" else prepared.chunks for kind, key in runner.kernel_args]
 kernel = runner.kernel
@@ -58,7 +60,7 @@ for chunk in (8192, 16384, 32768, 65536, 131072, 262144):
     foreach_module.CHUNK = chunk
     runner._prepared.clear()
     adam.foreach(sets, *scalars)
-    prepared = next(iter(runner._prepared.values()))
+    prepared = runner._prepared[0][1]
     args = [prepared.tables[key] if kind == "pointers" else np.float32(0.5) if kind == "scalar"
             else prepared.items if kind == "table" else prepared.chunks for kind, key in runner.kernel_args]
     us = time_gpu(cp, lambda: runner.backend.launch(kernel, prepared.chunks * 256, args, None, False))

@@ -102,7 +102,7 @@ def test_foreach_vectors_where_aligned_and_elements_elsewhere():
     for got, exp in zip(sets, want):
         for a, b in zip(got, exp):
             np.testing.assert_array_equal(a, b)
-    (prepared,) = f._foreach_runner._prepared.values()
+    ((_, prepared),) = f._foreach_runner._prepared
     assert prepared.aligned == [True, False, True, False]
 
 

@@ -39,26 +39,33 @@ def to_host(a):
     return a.get() if isinstance(a, cp.ndarray) else a
 
 
-def tolerance_for_gpu(dtype):
-    """f32 on the GPU: libdevice math is within a few ulp and nvcc contracts a * b + c into an FMA."""
-    return {"rtol": 1e-4, "atol": 1e-5} if np.dtype(dtype) == np.float32 else None
+def tolerance_for_gpu(dtype, steps=1):
+    """f32 on the GPU: libdevice math is within a few ulp and nvcc contracts a * b + c
+    into an FMA. f16 computes in f32 and rounds each statement to f16, where an FMA
+    now and then rounds the other way: one f16 ulp (~1e-3 near 1) in a step, which
+    the next steps carry on, so a loop of `steps` statements may drift by several."""
+    if np.dtype(dtype) == np.float32:
+        return {"rtol": 1e-4, "atol": 1e-5}
+    if np.dtype(dtype) == np.float16 and steps > 1:
+        return {"rtol": 2e-3, "atol": 1e-3 * steps ** 0.5}
+    return None
 
 
 def stable_oscillator(args):
     """time_step's arguments in its stable range (positive stiffness, a small
-    step): random ones make 100 steps grow without bound, and with them a
+    step): random ones make 100 steps grow without bound, and with them any
     last-bit difference (the GPU's FMA) in one step."""
     x, v, stiffness, _, _ = args
     stiffness = (np.abs(stiffness.astype(np.float32)) + 0.5).astype(stiffness.dtype)
     return [x, v, stiffness, 0.1, 0.05]
 
 
-def check(actual, expected):
+def check(actual, expected, steps=1):
     actual = actual if isinstance(actual, tuple) else (actual,)
     expected = expected if isinstance(expected, tuple) else (expected,)
     for a, e in zip(actual, expected):
         a = to_host(a)
-        tol = tolerance_for_gpu(a.dtype)
+        tol = tolerance_for_gpu(a.dtype, steps)
         if tol:
             np.testing.assert_allclose(a, e, equal_nan=True, **tol)
         else:
@@ -74,18 +81,19 @@ def test_example_on_gpu_equals_reference(path, float_type, fuse):
     f = Pipeline(program, pipeline.name, fuse=fuse, backend="cuda")
     for size in SIZES:
         args = random_args(pipeline, size, seed=size + 11)
+        steps = 1
         if path.stem == "time_step":
-            args = stable_oscillator(args)
+            args, steps = stable_oscillator(args), 100
         expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         expected = reference(program, pipeline.name, *expected_args)
         device_args = [to_device(a) for a in args]
         actual = f(*device_args)
         cp.cuda.Device().synchronize()
         if expected is not None:
-            check(actual, expected)
+            check(actual, expected, steps)
         for p, a, e in zip(pipeline.params, device_args, expected_args):
             if p.role == "inout":
-                check(a, e)
+                check(a, e, steps)
 
 
 def test_done_when_command():
@@ -250,5 +258,5 @@ def test_foreach_matches_torch_adam_steps():
         f.foreach(flat, 1e-3, 0.9, 0.999, 1e-8, 1 - 0.9 ** step, 1 - 0.999 ** step)
         for p, r in zip(params, reference_params):
             torch.testing.assert_close(p, r.detach(), rtol=1e-5, atol=1e-6)
-    (prepared,) = f._foreach_runner._prepared.values()
+    ((_, prepared),) = f._foreach_runner._prepared
     assert prepared.aligned == [True] * 6 + [False]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import os
 import threading
 from pathlib import Path
@@ -124,6 +125,7 @@ class CudaBackend:
         self.kernels = {}   # variant name -> (function, block)
         self.persistent_grids: dict[str, int] = {}  # a persistent kernel's blocks, once computed
         self.launchers = {}  # kernel name -> (converters, (scalar variant, vector variant))
+        self._reader_cache: dict[type, tuple | None] = {}
         for kernel in compiled.plan.kernels:
             for name in dict.fromkeys(variant_names(kernel)):
                 function = module.get_function(name)
@@ -201,11 +203,38 @@ class CudaBackend:
         return array.data.ptr
 
     def signature(self, value) -> tuple | None:
-        if type(value) is self.cp.ndarray:
-            return value.data.ptr, value.shape, value.strides, value.dtype
-        if hasattr(value, "data_ptr") and hasattr(value, "is_cuda"):  # a torch tensor, read without DLPack
-            return value.data_ptr(), value.shape, value.stride(), value.dtype, value.is_cuda
-        return None
+        readers = self._readers(type(value))
+        try:
+            return None if readers is None else tuple(read(value) for read in readers)
+        except Exception:  # e.g. a sparse torch tensor has no address: the full check says why
+            return None
+
+    def signatures(self, arrays: list) -> tuple | None:
+        """The signatures of many arrays (foreach's look-up): one list per
+        field, each read in a C-level loop where the arrays are of one kind."""
+        readers = {self._readers(kind) for kind in set(map(type, arrays))}
+        if len(readers) != 1 or None in readers:
+            return None
+        try:
+            return tuple(list(map(read, arrays)) for read in readers.pop())
+        except Exception:
+            return None
+
+    def _readers(self, kind: type) -> tuple | None:
+        """Functions reading the address, shape, strides and dtype of arrays of
+        this type: CuPy's, or torch's read without DLPack (whose import costs
+        ~30 µs an array); None for any other. The address is in CUDA's unified
+        address space, so it tells the device too."""
+        if kind not in self._reader_cache:
+            readers = None
+            if kind is self.cp.ndarray:
+                readers = (_cupy_pointer, _shape, _strides, _dtype)
+            else:  # torch.Tensor and its subclasses: the class that defines the methods
+                base = next((c for c in kind.__mro__ if "data_ptr" in vars(c) and "stride" in vars(c)), None)
+                if base is not None:
+                    readers = (base.data_ptr, _shape, base.stride, _dtype)
+            self._reader_cache[kind] = readers
+        return self._reader_cache[kind]
 
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
@@ -265,6 +294,10 @@ class CudaBackend:
         except AttributeError:  # an older CuPy: the thread limit alone
             per_sm = device.attributes["MaxThreadsPerMultiProcessor"] // block
         return max(1, per_sm) * device.attributes["MultiProcessorCount"]
+
+
+_cupy_pointer = operator.attrgetter("data.ptr")
+_shape, _strides, _dtype = (operator.attrgetter(name) for name in ("shape", "strides", "dtype"))
 
 
 def _converter(param):

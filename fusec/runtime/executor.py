@@ -38,6 +38,9 @@ class Backend(Protocol):
         """A cheap key for an array argument, before any check: equal keys mean
         the same memory, shape, strides and dtype (None: no cheap key)."""
 
+    def signatures(self, arrays: list) -> object | None:
+        """The signatures of many arrays, in any form that compares with ==."""
+
     def empty(self, shape: tuple[int, ...], dtype) -> object: ...
 
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:

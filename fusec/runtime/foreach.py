@@ -1,7 +1,7 @@
 """foreach (multi-tensor apply): one launch over many sets of arrays."""
 from __future__ import annotations
 
-from collections import OrderedDict
+import itertools
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class MultiTensorExecutor(Executor):
         self.output_alignment = [(i - first_output, size) for i, size in alignment if i >= first_output]
         self.array_names = [p.name for p in self.params if p.shape is not None]
         self.scalar_positions = [i for i, p in enumerate(self.params) if p.shape is None]
-        self._prepared: OrderedDict[tuple, _Prepared] = OrderedDict()
+        self._prepared: list[tuple[tuple, _Prepared]] = []  # (key, preparation), most recent first
 
     def foreach(self, sets, *scalar_args, **scalar_kwargs) -> list:
         """The pipeline over many sets of arrays in one launch: `sets` is a list
@@ -67,30 +67,26 @@ class MultiTensorExecutor(Executor):
         return {i: self.checkers[i](given[self.params[i].name]) for i in self.scalar_positions}
 
     def _lookup(self, sets, scalars: dict) -> "_Prepared":
+        """The preparation kept for these arrays (compared with ==, most recent
+        first: hashing ~800 signatures would cost more than comparing them), or a new one."""
         key = self._key(sets)
-        prepared = self._prepared.get(key) if key is not None else None
-        if prepared is not None:
-            self._prepared.move_to_end(key)
-            return prepared
+        if key is not None:
+            for j, (kept, prepared) in enumerate(self._prepared):
+                if kept == key:
+                    self._prepared.insert(0, self._prepared.pop(j))
+                    return prepared
         prepared = self._prepare_sets(sets, scalars)
         if key is not None:
-            self._prepared[key] = prepared
-            if len(self._prepared) > self.MAX_PREPARED:
-                self._prepared.popitem(last=False)
+            self._prepared = [(key, prepared)] + self._prepared[:self.MAX_PREPARED - 1]
         return prepared
 
     def _key(self, sets) -> tuple | None:
-        """Every array's signature, or None where some array has none (then
-        nothing is kept, and every call checks everything)."""
-        signature = self.backend.signature
-        key = []
-        for arrays in sets:
-            if type(arrays) not in (tuple, list):
-                return None
-            key.append(tuple(map(signature, arrays)))
-            if None in key[-1]:
-                return None
-        return tuple(key)
+        """Each set's length and every array's signature, or None where some
+        array has none (then nothing is kept, and every call checks everything)."""
+        if not set(map(type, sets)) <= {tuple, list}:
+            return None
+        signatures = self.backend.signatures(list(itertools.chain.from_iterable(sets)))
+        return None if signatures is None else (list(map(len, sets)), signatures)
 
     def _prepare_sets(self, sets, scalars: dict) -> "_Prepared":
         """Every set checked (as a call would check it), then across sets; the tables built."""

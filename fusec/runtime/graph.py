@@ -10,9 +10,10 @@ from .executor import Backend, Executor
 class GraphExecutor(Executor):
     """Launches a pipeline's kernels as one CUDA graph (`fusec.jit(..., graph=True)`).
 
-    The launch sequence is captured once per argument signature: the shapes,
-    the address of every array argument, the scalar values and the out=
-    arrays. A call that matches replays the graph; any other captures a new
+    The launch sequence is captured once per argument signature: the address,
+    shape, strides and dtype of every array argument, the scalar values and
+    the out= arrays. A call that matches replays the graph, checking nothing
+    more (its arguments were checked at the capture); any other captures a new
     one. Each graph holds on to the arrays it was captured with (so none can be
     freed and its memory reused under it) and to its own output and
     intermediate buffers: a replay returns the same output arrays, overwritten,
@@ -28,19 +29,44 @@ class GraphExecutor(Executor):
         self._is_array = [p.shape is not None for p in self.params]
 
     def __call__(self, *args, **kwargs):
+        key = self._fast_key(args) if not kwargs else None
+        entry = self._graphs.get(key) if key is not None else None
+        if entry is None:
+            return self._call_checked(args, kwargs, key)
+        self._graphs.move_to_end(key)
+        self.backend.replay(entry[0], None)
+        return entry[1]
+
+    def _fast_key(self, args: tuple) -> tuple | None:
+        """The key of a plain call, read before any check: each array's
+        signature (address, shape, strides, dtype) and each scalar with its
+        type (1, 1.0 and True are different arguments). A key seen before was
+        checked when its graph was captured, so a replay checks nothing."""
+        if len(args) != len(self.params):
+            return None
+        signature = self.backend.signature
+        key = tuple(signature(v) if is_array else (type(v), v) for v, is_array in zip(args, self._is_array))
+        try:
+            hash(key)
+        except TypeError:  # an unhashable scalar (a 0-d array): the checked path
+            return None
+        return None if None in key else key
+
+    def _call_checked(self, args: tuple, kwargs: dict, key: tuple | None):
         values, out, stream, sizes = self._bind(args, kwargs)
-        pointer = self.backend.pointer
-        outs = () if out is None else tuple(map(pointer, out if isinstance(out, (tuple, list)) else (out,)))
-        key = (tuple(pointer(v) if is_array else v for v, is_array in zip(values, self._is_array)),
-               tuple(values[i].shape for i in self.array_positions), outs)
+        if key is None:  # the checked values' key: with out= and stream= too
+            pointer = self.backend.pointer
+            outs = () if out is None else tuple(map(pointer, out if isinstance(out, (tuple, list)) else (out,)))
+            key = ("checked", tuple(pointer(v) if is_array else v for v, is_array in zip(values, self._is_array)),
+                   tuple(values[i].shape for i in self.array_positions), outs)
         entry = self._graphs.get(key)
         if entry is None:
             self._allocate(values, out, sizes)
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
-            entry = self._graphs[key] = (graph, values)
+            entry = self._graphs[key] = (graph, self._result(values), values)
             if len(self._graphs) > self.MAX_GRAPHS:
                 self._graphs.popitem(last=False)
         else:
             self._graphs.move_to_end(key)
         self.backend.replay(entry[0], stream)
-        return self._result(entry[1])
+        return entry[1]

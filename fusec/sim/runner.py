@@ -125,6 +125,10 @@ class SimBackend:
             return None
         return self.pointer(value), value.shape, value.strides, value.dtype, value.flags.writeable
 
+    def signatures(self, arrays: list) -> tuple | None:
+        signatures = tuple(map(self.signature, arrays))
+        return None if None in signatures else signatures
+
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
