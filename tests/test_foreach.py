@@ -171,3 +171,19 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
             assert_matches(result, expected)
         for i in arrays:
             assert_matches(args[i], expected_args[i])
+
+
+@pytest.mark.sim
+def test_foreach_holds_no_arrays():
+    """A kept preparation describes memory by address, shape and dtype; it keeps
+    no array alive (an optimizer's old gradients are freed as usual)."""
+    import gc
+    import weakref
+    f = fusec.jit(ADAM, backend="sim")
+    sets = adam_sets([100, 70_000])
+    grads = [weakref.ref(arrays[1]) for arrays in sets]
+    f.foreach(sets, *SCALARS)
+    assert len(f._foreach_runner._prepared) == 1
+    del sets
+    gc.collect()
+    assert all(ref() is None for ref in grads)

@@ -221,18 +221,19 @@ class CudaBackend:
             return None
 
     def _readers(self, kind: type) -> tuple | None:
-        """Functions reading the address, shape, strides and dtype of arrays of
-        this type: CuPy's, or torch's read without DLPack (whose import costs
-        ~30 µs an array); None for any other. The address is in CUDA's unified
-        address space, so it tells the device too."""
+        """Functions reading what the full check of an array depends on, for
+        arrays of this type: the address (in CUDA's unified address space, so
+        it tells the device too), the shape, the layout and the dtype. CuPy's,
+        or torch's read without DLPack (whose import costs ~30 µs an array);
+        None for any other type."""
         if kind not in self._reader_cache:
             readers = None
             if kind is self.cp.ndarray:
                 readers = (_cupy_pointer, _shape, _strides, _dtype)
             else:  # torch.Tensor and its subclasses: the class that defines the methods
-                base = next((c for c in kind.__mro__ if "data_ptr" in vars(c) and "stride" in vars(c)), None)
-                if base is not None:
-                    readers = (base.data_ptr, _shape, base.stride, _dtype)
+                base = next((c for c in kind.__mro__ if {"data_ptr", "is_contiguous"} <= vars(c).keys()), None)
+                if base is not None:  # is_contiguous, not stride(): the same check, without a tuple per call
+                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype)
             self._reader_cache[kind] = readers
         return self._reader_cache[kind]
 

@@ -18,11 +18,12 @@ class MultiTensorExecutor(Executor):
 
     What a list of sets fixes (every array checked, the pointer tables and the
     work items, on the device) is prepared once and kept for the next call
-    with the same arrays, recognised by each array's address, shape, strides
-    and dtype (the backend's `signature`): an optimizer stepping the same
-    parameters pays for one launch and that comparison. A kept preparation
-    holds on to its arrays, as a CUDA graph does; at most MAX_PREPARED are kept,
-    the least recently used dropped first.
+    whose arrays have the same signatures (address, shape, layout and dtype,
+    read without importing the arrays): an optimizer stepping the same
+    parameters pays for one launch and that comparison. A preparation depends
+    on nothing else, so it holds no arrays: a gradient freed and allocated
+    again at the same address with the same shape matches it, as it should.
+    At most MAX_PREPARED are kept, the least recently used dropped first.
     """
 
     MAX_PREPARED = 4
@@ -46,10 +47,14 @@ class MultiTensorExecutor(Executor):
             raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
         scalars = self._scalars(scalar_args, scalar_kwargs)
         prepared = self._lookup(sets, scalars)
+        if not self.pipeline.outputs:  # updates in place (an optimizer): nothing to allocate or return
+            if prepared.chunks:
+                self._launch_sets(prepared, scalars)
+            return [None] * len(sets)
         outputs = [[self.backend.empty(shape, dtype) for shape, dtype in shapes] for shapes in prepared.output_shapes]
         if prepared.chunks:
-            self._launch_sets(prepared, outputs, scalars)
-        return [out[0] if len(out) == 1 else tuple(out) if out else None for out in outputs]
+            self._launch_sets(prepared, scalars, outputs)
+        return [out[0] if len(out) == 1 else tuple(out) for out in outputs]
 
     def _scalars(self, args: tuple, kwargs: dict) -> dict[int, object]:
         """The checked scalars, by parameter position."""
@@ -112,11 +117,12 @@ class MultiTensorExecutor(Executor):
         tables = {key: self._pointer_table([values[key] for values in per_set])
                   for kind, key in self.kernel_args if kind == "pointers" and key < len(self.params)}
         items = work_items(sizes, aligned, self.kernel.vector)
-        return _Prepared(per_set, tables, sizes, aligned, self.backend.table(items), len(items), output_shapes)
+        return _Prepared(tables, sizes, aligned, self.backend.table(items), len(items), output_shapes)
 
-    def _launch_sets(self, prepared: "_Prepared", outputs: list[list], scalars: dict) -> None:
+    def _launch_sets(self, prepared: "_Prepared", scalars: dict, outputs: list[list] | None = None) -> None:
+        """One launch over every set; `outputs`: each set's new output arrays."""
         tables, items = prepared.tables, prepared.items
-        if outputs[0]:
+        if outputs:
             first = len(self.params)
             tables = tables | {first + k: self._pointer_table([out[k] for out in outputs])
                                for k in range(len(outputs[0]))}
@@ -169,9 +175,8 @@ def work_items(sizes: list[int], aligned: list[bool], width: int) -> np.ndarray:
 class _Prepared:
     """What one list of argument sets fixes."""
 
-    __slots__ = ("values", "tables", "sizes", "aligned", "items", "chunks", "output_shapes")
+    __slots__ = ("tables", "sizes", "aligned", "items", "chunks", "output_shapes")
 
-    def __init__(self, values, tables, sizes, aligned, items, chunks, output_shapes):
-        self.values = values  # the checked arrays, held so that their memory stays theirs
+    def __init__(self, tables, sizes, aligned, items, chunks, output_shapes):
         self.tables, self.sizes, self.aligned = tables, sizes, aligned
         self.items, self.chunks, self.output_shapes = items, chunks, output_shapes
