@@ -17,12 +17,6 @@ from .cexpr import (HELPERS, cast_expr, compute_type, const, load_expr, op_expr,
 from .names import Namer
 
 
-# foreach's work item: 64 Ki elements of one tensor set, so that a block's loop
-# amortizes its table lookup while ~200 tensors of a transformer's parameters
-# (~50 M values) still split into ~1,000 items for 132 SMs.
-CHUNK = 65536
-
-
 @functools.cache
 def environment() -> jinja2.Environment:
     # Compiled templates are kept on disk (Jinja2 keys them on the template's source).
@@ -189,8 +183,8 @@ class _KernelEmitter:
                 **self._vector_body(self._local_namer())}
 
     def _multi_tensor_variant(self) -> dict:
-        """foreach: blocks stride over a table of work items, each up to CHUNK
-        elements of one set's arrays: whole 16-byte vectors where the set's
+        """foreach: blocks stride over a table of work items, each a range of
+        one set's elements (runtime.foreach.CHUNK at most): whole 16-byte vectors where the set's
         arrays are aligned, then one element per thread."""
         namer = self._local_namer()
         namer.taken |= set(self.tables.values()) | {self.table, self.chunks}
