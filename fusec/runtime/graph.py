@@ -1,8 +1,6 @@
 """CUDA graphs: a pipeline's launches captured once per argument signature and replayed."""
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from ..compiler import Compiled
 from .executor import Backend, Executor
 
@@ -18,22 +16,24 @@ class GraphExecutor(Executor):
     freed and its memory reused under it) and to its own output and
     intermediate buffers: a replay returns the same output arrays, overwritten,
     as a torch CUDA graph does. At most MAX_GRAPHS signatures are kept, the
-    least recently used dropped first.
+    first captured dropped first (a replay does no bookkeeping).
     """
 
     MAX_GRAPHS = 16
 
     def __init__(self, compiled: Compiled, backend: Backend):
         super().__init__(compiled, backend)
-        self._graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds)
         self._is_array = [p.shape is not None for p in self.params]
 
     def __call__(self, *args, **kwargs):
         key = self._fast_key(args) if not kwargs else None
-        entry = self._graphs.get(key) if key is not None else None
+        try:
+            entry = self._graphs.get(key)
+        except TypeError:  # an unhashable scalar (a 0-d array): the checked path keys its checked value
+            key, entry = None, None
         if entry is None:
             return self._call_checked(args, kwargs, key)
-        self._graphs.move_to_end(key)
         self.backend.replay(entry[0], None)
         return entry[1]
 
@@ -42,15 +42,19 @@ class GraphExecutor(Executor):
         signature (address, shape, strides, dtype) and each scalar with its
         type (1, 1.0 and True are different arguments). A key seen before was
         checked when its graph was captured, so a replay checks nothing."""
-        if len(args) != len(self.params):
+        if len(args) != len(self._is_array):
             return None
         signature = self.backend.signature
-        key = tuple(signature(v) if is_array else (type(v), v) for v, is_array in zip(args, self._is_array))
-        try:
-            hash(key)
-        except TypeError:  # an unhashable scalar (a 0-d array): the checked path
-            return None
-        return None if None in key else key
+        key = []
+        for value, is_array in zip(args, self._is_array):
+            if is_array:
+                value = signature(value)
+                if value is None:
+                    return None
+                key.append(value)
+            else:
+                key += (type(value), value)
+        return tuple(key)
 
     def _call_checked(self, args: tuple, kwargs: dict, key: tuple | None):
         values, out, stream, sizes = self._bind(args, kwargs)
@@ -65,8 +69,6 @@ class GraphExecutor(Executor):
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
             entry = self._graphs[key] = (graph, self._result(values), values)
             if len(self._graphs) > self.MAX_GRAPHS:
-                self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(key)
+                del self._graphs[next(iter(self._graphs))]
         self.backend.replay(entry[0], stream)
         return entry[1]
