@@ -100,7 +100,7 @@ class Return:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    count: Name | Num
+    count: "Expr"  # the checker allows an integer literal or an integer scalar's name
     body: tuple["Assign | Repeat", ...]
     loc: Loc = loc_field()
 

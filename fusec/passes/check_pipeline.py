@@ -143,21 +143,32 @@ class PipelineChecker:
                 self.poisoned.add(target.id)
 
     def _repeat(self, stmt: ast.Repeat) -> Repeat | None:
-        count: int | str | None = None
-        if isinstance(stmt.count, ast.Num) and not stmt.count.is_float:
-            count = int(stmt.count.text, 16 if stmt.count.text[:2].lower() == "0x" else 10)
-        elif isinstance(stmt.count, ast.Name):
-            slot = self.current.get(stmt.count.id)
-            if slot is not None and slot.role == "scalar" and slot.type.is_int:
-                count = slot.name
-        if count is None:
-            self.diags.error(stmt.count.loc, "repeat count must be an integer literal or an integer "
-                                             "scalar parameter")
+        count, problem = self._repeat_count(stmt.count)
+        if problem:
+            self.diags.error(stmt.count.loc, problem)
         self.repeat_outer.append(set(self.current))
         body = self._stmts(stmt.body)
         outer = self.repeat_outer.pop()
         self.current = {k: v for k, v in self.current.items() if k in outer}
         return Repeat(count, tuple(body), loc=stmt.loc) if count is not None else None
+
+    def _repeat_count(self, expr) -> tuple[int | str | None, str | None]:
+        """The count (a literal, or an integer scalar parameter's name), or None and what is wrong."""
+        allowed = "a repeat count is an integer literal or an integer scalar parameter"
+        if isinstance(expr, ast.Num):
+            if expr.is_float:
+                return None, f"{allowed}; {expr.text} is not an integer"
+            return int(expr.text, 16 if expr.text[:2].lower() == "0x" else 10), None
+        if isinstance(expr, ast.Unary) and expr.op == "-" and isinstance(expr.operand, ast.Num):
+            return None, f"a repeat count cannot be negative (-{expr.operand.text})"
+        if isinstance(expr, ast.Name):
+            slot = self.current.get(expr.id)
+            if slot is None or slot.role != "scalar":
+                return None, f"{allowed}; '{expr.id}' is not a scalar parameter"
+            if not slot.type.is_int:
+                return None, f"{allowed}; '{expr.id}' is {slot.type}"
+            return slot.name, None
+        return None, allowed
 
     def _apply(self, stmt: ast.Assign) -> Apply | None:
         b = BodyBuilder()
