@@ -260,3 +260,27 @@ def test_foreach_matches_torch_adam_steps():
             torch.testing.assert_close(p, r.detach(), rtol=1e-5, atol=1e-6)
     ((_, prepared),) = f._foreach_runner._prepared
     assert prepared.aligned == [True] * 6 + [False]
+
+
+def test_torch_side_stream_is_waited_for_on_every_path():
+    """A torch tensor written on a torch side stream: every call path (checked,
+    a seen signature, a graph replay, foreach) waits for it, as a DLPack import
+    would, though only the checked path imports it."""
+    torch = pytest.importorskip("torch")
+    f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda")
+    g = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="cuda", graph=True)
+    adam = fusec.jit(str(ROOT / "examples/adam.fz"), backend="cuda")
+    x = torch.zeros(1 << 22, device="cuda")
+    p, grad, m, v = (torch.zeros(1 << 20, device="cuda") for _ in range(4))
+    f(x, 1.0, 0.0), g(x, 1.0, 0.0), adam.foreach([(p, grad, m, v)], 1.0, 0.0, 0.0, 1.0, 1.0, 1.0)
+    side = torch.cuda.Stream()
+    for value in (2.0, 3.0):  # each call a seen signature now
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # ~10 ms on the side stream before the write
+            x.fill_(value)
+            grad.fill_(value)
+            y, z = f(x, 1.5, 0.5), g(x, 1.5, 0.5)
+            adam.foreach([(p, grad, m, v)], 1.0, 0.0, 0.0, 1.0, 1.0, 1.0)  # m = grad with beta1 = 0
+        cp.cuda.Device().synchronize()
+        assert float(y.min()) == float(z.min()) == 1.5 * value + 0.5
+        assert float(m.min()) == value

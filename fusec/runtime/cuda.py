@@ -15,6 +15,7 @@ import functools
 import hashlib
 import operator
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -277,6 +278,40 @@ class CudaBackend:
         converters, variants = self.launchers[kernel.name]
         function, block = variants[vector]
         converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
+        blocks = self._blocks(kernel, function, block, n, vector)
+        if stream is None:
+            function((blocks,), (block,), converted)
+        else:
+            function((blocks,), (block,), converted, stream=stream)
+
+    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
+        converters, variants = self.launchers[kernel.name]
+        function, block = variants[vector]
+        blocks = self._blocks(kernel, function, block, n, vector)
+        return converters, functools.partial(function, (blocks,), (block,))
+
+    def foreign(self, value) -> bool:
+        return type(value) is not self.cp.ndarray
+
+    def hand_off(self) -> None:
+        """The stream order a DLPack import of a torch tensor gives (the call
+        path that reads torch tensors directly skips the import): CuPy's current
+        stream waits for torch's current stream where the two differ."""
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return
+        producer = torch.cuda.current_stream().cuda_stream
+        consumer = self.cp.cuda.get_current_stream()
+        if producer == consumer.ptr:
+            return
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(self.cp.cuda.ExternalStream(producer))
+        consumer.wait_event(event)
+
+    def address(self, pointer: int):
+        return np.uint64(pointer)  # a pointer parameter's 8 bytes, as CuPy packs an array's
+
+    def _blocks(self, kernel: Kernel, function, block: int, n: int, vector: bool) -> int:
         threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
         blocks = -(-threads // block)
         if kernel.persistent:  # a grid that just fills the device, each thread striding
@@ -284,10 +319,7 @@ class CudaBackend:
             if grid is None:
                 grid = self.persistent_grids[kernel.name] = self._persistent_blocks(function, block)
             blocks = min(blocks, grid)
-        if stream is None:
-            function((blocks,), (block,), converted)
-        else:
-            function((blocks,), (block,), converted, stream=stream)
+        return blocks
 
     def _persistent_blocks(self, function, block: int) -> int:
         """Blocks that fill every SM at the kernel's occupancy (from its real register use)."""

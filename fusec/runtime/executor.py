@@ -46,6 +46,20 @@ class Backend(Protocol):
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
         """Runs `kernel` (its vector variant if `vector`) over n elements; the backend picks the block size."""
 
+    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
+        """What launch() fixes for these sizes: a converter per argument (None:
+        passed as it is) and fire(converted arguments), on the current stream."""
+
+    def address(self, pointer: int) -> object:
+        """A launch argument for an array given by its address alone."""
+
+    def foreign(self, value) -> bool:
+        """Whether an array comes from another library (its import orders streams: see hand_off)."""
+
+    def hand_off(self) -> None:
+        """The stream ordering importing a foreign array gives, for the paths
+        that read foreign arrays by signature without importing them."""
+
     def stream(self, value) -> object:
         """The backend's stream for a `stream=` argument (None: the current one)."""
 
@@ -66,8 +80,10 @@ class Executor:
     parameter, and each launch's arguments as positions in one flat list of
     values (parameters, then outputs, then intermediates). What depends on the
     arguments' shapes (dims, allocation shapes, each kernel's sizes) is prepared
-    once per shape signature and cached. A repeated call then checks its
-    arguments, allocates its outputs and launches, and little else.
+    once per shape signature and cached. And a plain call (no out=, no stream=)
+    whose arrays have the signatures of an earlier call (address, shape,
+    layout, dtype; and the same repeat counts) replays that call's launches
+    (`_Call`): it checks its scalars, allocates its outputs and launches.
     """
 
     def __init__(self, compiled: Compiled, backend: Backend):
@@ -101,12 +117,47 @@ class Executor:
             [k.count for k in compiled.plan.kernels if k.count is not None]
         self.counts = {c: position[c] for c in counts if isinstance(c, str)}
         self._sizes: dict[tuple, _Sizes] = {}
+        self._is_array = [p.shape is not None for p in self.params]
+        self._calls: dict[tuple, _Call] = {}
 
     def __call__(self, *args, **kwargs):
+        key = self._call_key(args) if not kwargs else None
+        if key is not None:
+            try:
+                call = self._calls.get(key)
+            except TypeError:  # an unhashable repeat count: the checked path says what is wrong
+                call = key = None
+            if call is not None:
+                result = call.run(args)
+                if result is not _Call.MISALIGNED:
+                    return result
         values, out, stream, sizes = self._bind(args, kwargs)
         self._allocate(values, out, sizes)
-        self._launch_all(values, sizes, stream)
+        launched = [] if key is not None else None
+        self._launch_all(values, sizes, stream, launched)
+        if key is not None:
+            if len(self._calls) >= 256:  # a caller cycling through many arrays: start afresh
+                self._calls.clear()
+            foreign = any(self.backend.foreign(args[i]) for i in self.array_positions)
+            self._calls[key] = _Call(self, values, sizes, launched, foreign)
         return self._result(values)
+
+    def _call_key(self, args: tuple) -> tuple | None:
+        """A plain call's key, read before any check: each array's signature and
+        each repeat count with its type (a count fixes the launch sequence)."""
+        if len(args) != len(self._is_array):
+            return None
+        signature = self.backend.signature
+        key = []
+        for value, is_array in zip(args, self._is_array):
+            if is_array:
+                value = signature(value)
+                if value is None:
+                    return None
+                key.append(value)
+        for position in self.counts.values():
+            key += (type(args[position]), args[position])
+        return tuple(key)
 
     def _bind(self, args, kwargs):
         """Checked arguments (a flat list), out=, stream=, and the sizes for these shapes."""
@@ -135,7 +186,8 @@ class Executor:
             self._check_aliasing(values)
         values += [empty(shape, dtype) for shape, dtype in sizes.temps]
 
-    def _launch_all(self, values: list, sizes: "_Sizes", stream) -> None:
+    def _launch_all(self, values: list, sizes: "_Sizes", stream, launched: list | None = None) -> None:
+        """Every launch, in order; `launched` collects (kernel index, arguments, vector) of each."""
         counts = {}
         for name, position in self.counts.items():  # checked before anything launches
             counts[name] = values[position]
@@ -145,11 +197,12 @@ class Executor:
             if isinstance(step, Repeat):
                 for _ in range(step.count if isinstance(step.count, int) else counts[step.count]):
                     for k in step.kernels:
-                        self._launch(k, values, sizes, stream, counts)
+                        self._launch(k, values, sizes, stream, counts, launched)
             else:
-                self._launch(step, values, sizes, stream, counts)
+                self._launch(step, values, sizes, stream, counts, launched)
 
-    def _launch(self, index: int, values: list, sizes: "_Sizes", stream, counts: dict) -> None:
+    def _launch(self, index: int, values: list, sizes: "_Sizes", stream, counts: dict,
+                launched: list | None) -> None:
         (kernel, params, alignment, coordinates), (n, extents) = self.launches[index], sizes.kernels[index]
         if n == 0:
             return
@@ -162,6 +215,8 @@ class Executor:
         vector = all(pointer(values[i]) % size == 0 for i, size in alignment) and \
             (not coordinates or extents[-1] % kernel.vector == 0)
         self.backend.launch(kernel, n, launch_args, stream, vector)
+        if launched is not None:
+            launched.append((index, launch_args, vector))
 
     def _result(self, values: list):
         first = len(self.params)
@@ -214,3 +269,59 @@ class _Sizes:
     def __init__(self, outputs, temps, kernels):
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
 
+
+
+class _Call:
+    """A plain call seen before, for calls with the same key (`Executor._call_key`):
+    every check that depends on the arrays was made then, and each launch is
+    fixed but for the scalars and the new outputs and intermediates. Input
+    arrays are held by address only, so nothing is kept alive."""
+
+    MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
+
+    def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, foreign: bool):
+        backend, first = executor.backend, len(executor.params)
+        self.empty, self.pointer = backend.empty, backend.pointer
+        self.hand_off = backend.hand_off if foreign else None
+        self.allocations = list(sizes.outputs) + list(sizes.temps)
+        self.n_outputs = len(sizes.outputs)
+        self.scalars = [(i, check) for i, (check, is_array) in enumerate(zip(executor.checkers, executor._is_array))
+                        if not is_array]
+        self.alignment: set[tuple[int, int]] = set()
+        self.launches = []
+        for index, args, vector in launched:
+            kernel, params, alignment, _ = executor.launches[index]
+            converters, fire = backend.prepare_launch(kernel, sizes.kernels[index][0], vector)
+            template, new, scalars = [], [], []
+            for at, ((kind, key), convert, value) in enumerate(zip(params, converters, args)):
+                if kind == "array" and key >= first:  # an output or intermediate: new each call
+                    new.append((at, key - first))
+                    value = None
+                elif kind == "array":
+                    value = backend.address(backend.pointer(value))
+                elif kind == "scalar":
+                    scalars.append((at, key, convert))
+                elif convert is not None:
+                    value = convert(value)
+                template.append(value)
+            if vector:
+                self.alignment |= {(i - first, size) for i, size in alignment if i >= first}
+            self.launches.append((template, new, scalars, fire))
+
+    def run(self, args: tuple):
+        new = [self.empty(shape, dtype) for shape, dtype in self.allocations]
+        for k, size in self.alignment:
+            if self.pointer(new[k]) % size:
+                return self.MISALIGNED
+        scalars = {i: check(args[i]) for i, check in self.scalars}
+        if self.hand_off is not None:
+            self.hand_off()
+        for template, outputs, scalar_args, fire in self.launches:
+            launch_args = template.copy()
+            for at, k in outputs:
+                launch_args[at] = new[k]
+            for at, i, convert in scalar_args:
+                launch_args[at] = scalars[i] if convert is None else convert(scalars[i])
+            fire(launch_args)
+        outputs = new[:self.n_outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None

@@ -53,6 +53,8 @@ class MultiTensorExecutor(Executor):
             raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
         scalars = self._scalars(scalar_args, scalar_kwargs)
         prepared = self._lookup(sets, scalars)
+        if prepared.foreign:
+            self.backend.hand_off()
         if not self.pipeline.outputs:  # updates in place (an optimizer): nothing to allocate or return
             if prepared.chunks:
                 self._launch_sets(prepared, scalars)
@@ -123,7 +125,8 @@ class MultiTensorExecutor(Executor):
         tables = {key: self._pointer_table([values[key] for values in per_set])
                   for kind, key in self.kernel_args if kind == "pointers" and key < len(self.params)}
         items = work_items(sizes, aligned, self.kernel.vector)
-        return _Prepared(tables, sizes, aligned, self.backend.table(items), len(items), output_shapes)
+        foreign = any(map(self.backend.foreign, itertools.chain.from_iterable(sets)))
+        return _Prepared(tables, sizes, aligned, self.backend.table(items), len(items), output_shapes, foreign)
 
     def _launch_sets(self, prepared: "_Prepared", scalars: dict, outputs: list[list] | None = None) -> None:
         """One launch over every set; `outputs`: each set's new output arrays."""
@@ -181,8 +184,9 @@ def work_items(sizes: list[int], aligned: list[bool], width: int) -> np.ndarray:
 class _Prepared:
     """What one list of argument sets fixes."""
 
-    __slots__ = ("tables", "sizes", "aligned", "items", "chunks", "output_shapes")
+    __slots__ = ("tables", "sizes", "aligned", "items", "chunks", "output_shapes", "foreign")
 
-    def __init__(self, tables, sizes, aligned, items, chunks, output_shapes):
+    def __init__(self, tables, sizes, aligned, items, chunks, output_shapes, foreign):
         self.tables, self.sizes, self.aligned = tables, sizes, aligned
         self.items, self.chunks, self.output_shapes = items, chunks, output_shapes
+        self.foreign = foreign  # torch tensors among the arrays: hand_off() before each launch

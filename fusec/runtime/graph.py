@@ -23,7 +23,7 @@ class GraphExecutor(Executor):
 
     def __init__(self, compiled: Compiled, backend: Backend):
         super().__init__(compiled, backend)
-        self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds)
+        self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds, foreign)
         self._is_array = [p.shape is not None for p in self.params]
 
     def __call__(self, *args, **kwargs):
@@ -34,6 +34,8 @@ class GraphExecutor(Executor):
             key, entry = None, None
         if entry is None:
             return self._call_checked(args, kwargs, key)
+        if entry[3]:
+            self.backend.hand_off()
         self.backend.replay(entry[0], None)
         return entry[1]
 
@@ -67,7 +69,8 @@ class GraphExecutor(Executor):
         if entry is None:
             self._allocate(values, out, sizes)
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
-            entry = self._graphs[key] = (graph, self._result(values), values)
+            foreign = any(self.backend.foreign(args[i]) for i in self.array_positions)
+            entry = self._graphs[key] = (graph, self._result(values), values, foreign)
             if len(self._graphs) > self.MAX_GRAPHS:
                 del self._graphs[next(iter(self._graphs))]
         self.backend.replay(entry[0], stream)

@@ -141,13 +141,29 @@ class SimBackend:
         return None
 
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        converted = [a.ctypes.data if isinstance(a, np.ndarray) else a for a in args]
-        self.launched.append(variant_names(kernel)[vector])
+        self.prepare_launch(kernel, n, vector)[1](args)
+
+    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
+        name = variant_names(kernel)[vector]
         threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
         blocks = -(-threads // BLOCK_SIZE)
         if kernel.persistent:  # a persistent grid: few blocks, so the grid-stride loop is exercised
             blocks = min(blocks, PERSISTENT_SIM_BLOCKS)
-        self.functions[variant_names(kernel)[vector]](blocks, BLOCK_SIZE, *converted)
+        function = self.functions[name]
+
+        def fire(args):
+            self.launched.append(name)
+            function(blocks, BLOCK_SIZE, *[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
+        return [None] * len(kernel_params(kernel)), fire
+
+    def address(self, pointer: int) -> int:
+        return pointer
+
+    def foreign(self, value) -> bool:
+        return False
+
+    def hand_off(self) -> None:
+        pass
 
 
 def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
