@@ -1,6 +1,6 @@
 """The plain call's fast path (`executor._Call`): a call whose arrays have the
-signatures of an earlier one replays that call's launches, checking only its
-scalars. In the sim, against the reference and the checked path."""
+signatures of two earlier ones replays the launches recorded at the second,
+checking only its scalars. In the sim, against the reference and the checked path."""
 import numpy as np
 import pytest
 
@@ -20,9 +20,11 @@ def relu(x, s, b):
 def test_a_repeated_call_replays_with_new_scalars_and_new_outputs():
     f = fusec.jit(SBR, backend="sim")
     x = np.random.default_rng(0).standard_normal(1001).astype(np.float32)
-    y1 = f(x, 1.5, -0.25)
+    f(x, 0.0, 0.0)
     runner = f._runner
-    assert len(runner._calls) == 1
+    assert not runner._calls  # seen once: nothing recorded
+    y1 = f(x, 1.5, -0.25)
+    assert len(runner._calls) == 1  # seen twice: recorded
     launched = len(runner.backend.launched)
     y2 = f(x, -2.0, 0.5)  # the same array: the fast path, with the new scalars
     assert len(runner._calls) == 1 and len(runner.backend.launched) == launched + 1
@@ -31,7 +33,8 @@ def test_a_repeated_call_replays_with_new_scalars_and_new_outputs():
     np.testing.assert_array_equal(y2, relu(x, -2.0, 0.5))
     x[:] = -x  # new values at the same address
     np.testing.assert_array_equal(f(x, 3.0, 0.0), relu(x, 3.0, 0.0))
-    f(x[:500], 1.0, 0.0)  # a new shape: checked, and kept too
+    f(x[:500], 1.0, 0.0)  # a new shape: checked
+    f(x[:500], 1.0, 0.0)
     assert len(runner._calls) == 2
 
 
@@ -39,6 +42,8 @@ def test_the_fast_path_still_checks_scalars():
     f = fusec.jit(SBR, backend="sim")
     x = np.ones(8, np.float32)
     f(x, 1.0, 0.0)
+    f(x, 1.0, 0.0)
+    assert f._runner._calls
     with pytest.raises(ArgumentError, match="parameter 's' is a scalar f32; got bool"):
         f(x, True, 0.0)
     with pytest.raises(ArgumentError, match="parameter 'b' is a scalar f32; got str"):
@@ -70,7 +75,7 @@ def test_repeat_counts_on_the_fast_path():
             (3 if p.type.is_int else 0.5) for p in pipeline.params]
     counts = [i for i, p in enumerate(pipeline.params) if p.shape is None and p.type.is_int]
     expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    for count in (3, 3, 0, 5, 3):  # the same arrays throughout; each count its own launch sequence
+    for count in (3, 3, 0, 5, 3, 0, 5, 3):  # the same arrays throughout; each count its own launch sequence
         for i in counts:
             args[i] = expected[i] = count
         np.testing.assert_allclose(mod.counted(*args), reference.counted(*expected), rtol=2e-5, atol=1e-6)
@@ -84,6 +89,7 @@ def test_repeat_counts_on_the_fast_path():
 def test_new_outputs_that_miss_the_alignment_take_the_checked_path():
     f = fusec.jit(SBR, backend="sim")
     x = np.ones(4096, np.float32)
+    f(x, 1.0, 0.0)
     f(x, 1.0, 0.0)
     (call,) = f._runner._calls.values()
     assert call.alignment  # the vector variant ran: the new output must be aligned too

@@ -300,12 +300,12 @@ class CudaBackend:
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_initialized():
             return
-        producer = torch.cuda.current_stream().cuda_stream
+        producer = torch.cuda.current_stream()
         consumer = self.cp.cuda.get_current_stream()
-        if producer == consumer.ptr:
+        if producer.cuda_stream == consumer.ptr:
             return
         event = self.cp.cuda.Event(disable_timing=True)
-        event.record(self.cp.cuda.ExternalStream(producer))
+        event.record(self.stream(producer))
         consumer.wait_event(event)
 
     def address(self, pointer: int):

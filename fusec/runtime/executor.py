@@ -81,9 +81,10 @@ class Executor:
     values (parameters, then outputs, then intermediates). What depends on the
     arguments' shapes (dims, allocation shapes, each kernel's sizes) is prepared
     once per shape signature and cached. And a plain call (no out=, no stream=)
-    whose arrays have the signatures of an earlier call (address, shape,
-    layout, dtype; and the same repeat counts) replays that call's launches
-    (`_Call`): it checks its scalars, allocates its outputs and launches.
+    whose arrays have the signatures of two earlier calls (address, shape,
+    layout, dtype; and the same repeat counts) replays the launches recorded
+    at the second (`_Call`): it checks its scalars, allocates its outputs and
+    launches.
     """
 
     def __init__(self, compiled: Compiled, backend: Backend):
@@ -119,9 +120,11 @@ class Executor:
         self._sizes: dict[tuple, _Sizes] = {}
         self._is_array = [p.shape is not None for p in self.params]
         self._calls: dict[tuple, _Call] = {}
+        self._seen: set[tuple] = set()  # keys of plain calls seen once
 
     def __call__(self, *args, **kwargs):
         key = self._call_key(args) if not kwargs else None
+        record = False
         if key is not None:
             try:
                 call = self._calls.get(key)
@@ -131,12 +134,17 @@ class Executor:
                 result = call.run(args)
                 if result is not _Call.MISALIGNED:
                     return result
+            elif key is not None:  # kept from its second sighting on, so that one-off calls cost no recording
+                record = key in self._seen
+                if len(self._seen) >= 256:  # a caller cycling through many arrays: start afresh
+                    self._seen.clear()
+                self._seen.add(key)
         values, out, stream, sizes = self._bind(args, kwargs)
         self._allocate(values, out, sizes)
-        launched = [] if key is not None else None
+        launched = [] if record else None
         self._launch_all(values, sizes, stream, launched)
-        if key is not None:
-            if len(self._calls) >= 256:  # a caller cycling through many arrays: start afresh
+        if record:
+            if len(self._calls) >= 256:
                 self._calls.clear()
             foreign = any(self.backend.foreign(args[i]) for i in self.array_positions)
             self._calls[key] = _Call(self, values, sizes, launched, foreign)
@@ -299,8 +307,8 @@ class _Call:
                     value = None
                 elif kind == "array":
                     value = backend.address(backend.pointer(value))
-                elif kind == "scalar":
-                    scalars.append((at, key, convert))
+                elif kind == "scalar":  # by its index among the scalar parameters
+                    scalars.append((at, [i for i, _ in self.scalars].index(key), convert))
                 elif convert is not None:
                     value = convert(value)
                 template.append(value)
@@ -313,15 +321,15 @@ class _Call:
         for k, size in self.alignment:
             if self.pointer(new[k]) % size:
                 return self.MISALIGNED
-        scalars = {i: check(args[i]) for i, check in self.scalars}
+        scalars = [check(args[i]) for i, check in self.scalars]
         if self.hand_off is not None:
             self.hand_off()
         for template, outputs, scalar_args, fire in self.launches:
             launch_args = template.copy()
             for at, k in outputs:
                 launch_args[at] = new[k]
-            for at, i, convert in scalar_args:
-                launch_args[at] = scalars[i] if convert is None else convert(scalars[i])
+            for at, j, convert in scalar_args:
+                launch_args[at] = scalars[j] if convert is None else convert(scalars[j])
             fire(launch_args)
         outputs = new[:self.n_outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
