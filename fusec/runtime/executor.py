@@ -280,7 +280,7 @@ class _Sizes:
 
 
 class _Call:
-    """A plain call seen before, for calls with the same key (`Executor._call_key`):
+    """A plain call seen twice, replayed for calls with its key (`Executor._call_key`):
     every check that depends on the arrays was made then, and each launch is
     fixed but for the scalars and the new outputs and intermediates. Input
     arrays are held by address only, so nothing is kept alive."""
