@@ -66,8 +66,20 @@ def test_misaligned_broadcast_operand_takes_the_scalar_variant():
     assert backend.launched[-1] == "bias_gelu_k0"
 
 
-def test_mixed_widths_use_the_widest_for_the_vector():
+def test_mixed_widths_widen_the_vector_of_a_light_kernel():
     f, backend = sim("quantize")
-    x = np.linspace(-200, 200, 1001).astype(np.float32)
+    buffer = np.empty(1001 + 8, np.float32)  # x 32-byte aligned: 8 f32 move as one vector
+    start = (-buffer.ctypes.data % 32) // 4
+    x = buffer[start:start + 1001]
+    x[:] = np.linspace(-200, 200, 1001)
     assert_matches(f(x, 1.0), reference("quantize", x, 1.0))
-    assert backend.launched[-1] == "quantize_k0_v4"  # f32 in: 4 elements; i8 and bool out: 4 bytes each
+    # f32 in, i8 and bool out: 8 elements, so the narrow stores move 8 bytes (32 bytes of f32)
+    assert backend.launched[-1] == "quantize_k0_v8"
+    assert_matches(f(x[:13], 1.0), reference("quantize", x[:13], 1.0))  # one vector and a tail of 5
+
+
+def test_mixed_widths_keep_16_bytes_of_the_widest_in_a_heavy_kernel():
+    from fusec.compiler import compile_pipeline
+    program = load_program(ROOT / "tests/programs/numerics.fz")
+    (kernel,) = compile_pipeline(program, "ints").plan.kernels  # i32 and i8, integer division: 22 registers
+    assert kernel.est_regs > 16 and kernel.vector == 4

@@ -15,8 +15,15 @@ from .regs import estimate_registers
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
-# 1.6x over 4-byte accesses for the seed's chain on the H200 (PERF.md).
+# 1.6x over 4-byte accesses for the seed's chain on the H200 (PERF.md). Where
+# a narrower array would then move less than 16 bytes a thread, a light kernel
+# (estimated at WIDE_VECTOR_REGS or fewer per element, so that its unrolled
+# body stays well inside the register budget) takes up to 32 bytes of the
+# widest: quantize (f32 in, i8 and bool out) reaches 90 % of the copy with 4
+# elements a thread and 103 % with 8, while arrays of one width lose 1-8 % with
+# 32 bytes a thread (benchmarks/vector_width.py, BENCHMARKS.md).
 VECTOR_BYTES = 16
+WIDE_VECTOR_REGS = 16
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
@@ -72,8 +79,10 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     live_to_end = [i for _, i in stores] + [ev for _, ev in carried]
     est = estimate_registers(body, live_to_end, scalar_ids, len(loads), len(broadcast), coordinates,
                              loop=loop is not None, persistent=persistent)
-    widest = max([a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access])
-    width = VECTOR_BYTES // widest
+    sizes = [a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access]
+    width = VECTOR_BYTES // max(sizes)
+    if est <= WIDE_VECTOR_REGS:
+        width = min(VECTOR_BYTES // min(sizes), 2 * width)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
                   scalars, est, vector=width, count=None if loop is None else loop.count, carried=tuple(carried),
                   persistent=loop is not None or persistent)

@@ -47,7 +47,7 @@ extern "C" __global__ void adam_k0(
     param[i] = v19;
 }
 
-// adam_k0_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// adam_k0_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void adam_k0_v4(
     float* __restrict__ m,
     const float* __restrict__ grad,

@@ -24,7 +24,7 @@ extern "C" __global__ void adam_k0_moment1(
     m[i] = v5;
 }
 
-// adam_k0_moment1_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// adam_k0_moment1_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void adam_k0_moment1_v4(
     float* __restrict__ m,
     const float* __restrict__ grad,
@@ -82,7 +82,7 @@ extern "C" __global__ void adam_k1_moment2(
     v[i] = v6;
 }
 
-// adam_k1_moment2_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// adam_k1_moment2_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void adam_k1_moment2_v4(
     float* __restrict__ v,
     const float* __restrict__ grad,
@@ -149,7 +149,7 @@ extern "C" __global__ void adam_k2_step(
     param[i] = v9;
 }
 
-// adam_k2_step_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// adam_k2_step_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void adam_k2_step_v4(
     float* __restrict__ param,
     const float* __restrict__ m,

@@ -27,7 +27,7 @@ extern "C" __global__ void swiglu_k0(
     out[i] = __float2bfloat16_rn(v6);
 }
 
-// swiglu_k0_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// swiglu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void swiglu_k0_v8(
     const __nv_bfloat16* __restrict__ gate,
     const __nv_bfloat16* __restrict__ up,

@@ -23,7 +23,7 @@ extern "C" __global__ void swiglu_k0_s(
     s[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k0_s_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void swiglu_k0_s_v8(
     const __nv_bfloat16* __restrict__ gate,
     __nv_bfloat16* __restrict__ s,
@@ -72,7 +72,7 @@ extern "C" __global__ void swiglu_k1_out(
     out[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k1_out_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void swiglu_k1_out_v8(
     const __nv_bfloat16* __restrict__ s,
     const __nv_bfloat16* __restrict__ up,

@@ -46,7 +46,7 @@ extern "C" __global__ void bias_gelu_k0(
     h[i] = __float2half_rn(v13);
 }
 
-// bias_gelu_k0_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// bias_gelu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void bias_gelu_k0_v8(
     __half* __restrict__ h,
     const __half* __restrict__ b,

@@ -36,7 +36,7 @@ extern "C" __global__ void bias_gelu_k0_h(
     h[i] = __float2half_rn(v3);
 }
 
-// bias_gelu_k0_h_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// bias_gelu_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void bias_gelu_k0_h_v8(
     __half* __restrict__ h,
     const __half* __restrict__ b,
@@ -85,7 +85,7 @@ extern "C" __global__ void bias_gelu_k1_h_2(
     h[i] = __float2half_rn(v10);
 }
 
-// bias_gelu_k1_h_2_v8: the same, 8 elements (one 16-byte vector of the widest array) per thread.
+// bias_gelu_k1_h_2_v8: the same, 8 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void bias_gelu_k1_h_2_v8(
     __half* __restrict__ h,
     const long long n)

@@ -31,7 +31,7 @@ extern "C" __global__ void dag_k0(
     gated[i] = v9;
 }
 
-// dag_k0_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// dag_k0_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void dag_k0_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,

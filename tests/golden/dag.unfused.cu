@@ -24,7 +24,7 @@ extern "C" __global__ void dag_k0_d(
     d[i] = v4;
 }
 
-// dag_k0_d_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// dag_k0_d_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void dag_k0_d_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -79,7 +79,7 @@ extern "C" __global__ void dag_k1_sum_sq(
     sum_sq[i] = v3;
 }
 
-// dag_k1_sum_sq_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// dag_k1_sum_sq_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void dag_k1_sum_sq_v4(
     const float* __restrict__ d,
     const float* __restrict__ a,
@@ -133,7 +133,7 @@ extern "C" __global__ void dag_k2_gated(
     gated[i] = v5;
 }
 
-// dag_k2_gated_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// dag_k2_gated_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void dag_k2_gated_v4(
     const float* __restrict__ d,
     const float* __restrict__ c,

@@ -27,7 +27,7 @@ extern "C" __global__ void to_polar_k0_polar(
     theta[i] = v6;
 }
 
-// to_polar_k0_polar_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// to_polar_k0_polar_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void to_polar_k0_polar_v4(
     const float* __restrict__ x,
     const float* __restrict__ y,

@@ -34,22 +34,22 @@ extern "C" __global__ void quantize_k0(
     q[i] = v7;
 }
 
-// quantize_k0_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
-extern "C" __global__ void quantize_k0_v4(
+// quantize_k0_v8: the same, 8 elements per thread (each array one aligned vector of them).
+extern "C" __global__ void quantize_k0_v8(
     const float* __restrict__ x,
     bool* __restrict__ clipped,
     signed char* __restrict__ q,
     const float inv_scale,
     const long long n)
 {
-    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
-    if (i + 4 <= n) {
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-        fz_vec<bool, 4> clipped_out;
-        fz_vec<signed char, 4> q_out;
+    if (i + 8 <= n) {
+        const fz_vec<float, 8> x_v = *reinterpret_cast<const fz_vec<float, 8>*>(x + i);
+        fz_vec<bool, 8> clipped_out;
+        fz_vec<signed char, 8> q_out;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < 8; ++k) {
             const float v0 = x_v.v[k];
             const float v1 = v0 * inv_scale;
             const float v2 = rintf(v1);
@@ -61,8 +61,8 @@ extern "C" __global__ void quantize_k0_v4(
             clipped_out.v[k] = v5;
             q_out.v[k] = v7;
         }
-        *reinterpret_cast<fz_vec<bool, 4>*>(clipped + i) = clipped_out;
-        *reinterpret_cast<fz_vec<signed char, 4>*>(q + i) = q_out;
+        *reinterpret_cast<fz_vec<bool, 8>*>(clipped + i) = clipped_out;
+        *reinterpret_cast<fz_vec<signed char, 8>*>(q + i) = q_out;
     } else {
 #pragma unroll 1
         for (long long j = i; j < n; ++j) {

@@ -27,7 +27,7 @@ extern "C" __global__ void quantize_k0_r(
     r[i] = v2;
 }
 
-// quantize_k0_r_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// quantize_k0_r_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void quantize_k0_r_v4(
     const float* __restrict__ x,
     float* __restrict__ r,
@@ -74,26 +74,26 @@ extern "C" __global__ void quantize_k1_clipped(
     clipped[i] = v3;
 }
 
-// quantize_k1_clipped_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
-extern "C" __global__ void quantize_k1_clipped_v4(
+// quantize_k1_clipped_v8: the same, 8 elements per thread (each array one aligned vector of them).
+extern "C" __global__ void quantize_k1_clipped_v8(
     const float* __restrict__ r,
     bool* __restrict__ clipped,
     const long long n)
 {
-    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
-    if (i + 4 <= n) {
-        const fz_vec<float, 4> r_v = *reinterpret_cast<const fz_vec<float, 4>*>(r + i);
-        fz_vec<bool, 4> clipped_out;
+    if (i + 8 <= n) {
+        const fz_vec<float, 8> r_v = *reinterpret_cast<const fz_vec<float, 8>*>(r + i);
+        fz_vec<bool, 8> clipped_out;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < 8; ++k) {
             const float v0 = r_v.v[k];
             const bool v1 = v0 > 127.0f;
             const bool v2 = v0 < (-127.0f);
             const bool v3 = v1 || v2;
             clipped_out.v[k] = v3;
         }
-        *reinterpret_cast<fz_vec<bool, 4>*>(clipped + i) = clipped_out;
+        *reinterpret_cast<fz_vec<bool, 8>*>(clipped + i) = clipped_out;
     } else {
 #pragma unroll 1
         for (long long j = i; j < n; ++j) {
@@ -121,25 +121,25 @@ extern "C" __global__ void quantize_k2_q(
     q[i] = v2;
 }
 
-// quantize_k2_q_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
-extern "C" __global__ void quantize_k2_q_v4(
+// quantize_k2_q_v8: the same, 8 elements per thread (each array one aligned vector of them).
+extern "C" __global__ void quantize_k2_q_v8(
     const float* __restrict__ r,
     signed char* __restrict__ q,
     const long long n)
 {
-    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    const long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (i >= n) return;
-    if (i + 4 <= n) {
-        const fz_vec<float, 4> r_v = *reinterpret_cast<const fz_vec<float, 4>*>(r + i);
-        fz_vec<signed char, 4> q_out;
+    if (i + 8 <= n) {
+        const fz_vec<float, 8> r_v = *reinterpret_cast<const fz_vec<float, 8>*>(r + i);
+        fz_vec<signed char, 8> q_out;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < 8; ++k) {
             const float v0 = r_v.v[k];
             const float v1 = fminf(fmaxf(v0, (-127.0f)), 127.0f);
             const signed char v2 = fz_f2i<signed char>(v1, (signed char)-128, (signed char)127);
             q_out.v[k] = v2;
         }
-        *reinterpret_cast<fz_vec<signed char, 4>*>(q + i) = q_out;
+        *reinterpret_cast<fz_vec<signed char, 8>*>(q + i) = q_out;
     } else {
 #pragma unroll 1
         for (long long j = i; j < n; ++j) {

@@ -23,7 +23,7 @@ extern "C" __global__ void scale_bias_relu_k0(
     y[i] = v3;
 }
 
-// scale_bias_relu_k0_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// scale_bias_relu_k0_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void scale_bias_relu_k0_v4(
     const float* __restrict__ x,
     float* __restrict__ y,

@@ -20,7 +20,7 @@ extern "C" __global__ void scale_bias_relu_k0_scale(
     t[i] = v1;
 }
 
-// scale_bias_relu_k0_scale_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// scale_bias_relu_k0_scale_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void scale_bias_relu_k0_scale_v4(
     const float* __restrict__ x,
     float* __restrict__ t,
@@ -64,7 +64,7 @@ extern "C" __global__ void scale_bias_relu_k1_bias(
     u[i] = v1;
 }
 
-// scale_bias_relu_k1_bias_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// scale_bias_relu_k1_bias_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void scale_bias_relu_k1_bias_v4(
     const float* __restrict__ t,
     float* __restrict__ u,
@@ -107,7 +107,7 @@ extern "C" __global__ void scale_bias_relu_k2_relu(
     y[i] = v1;
 }
 
-// scale_bias_relu_k2_relu_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// scale_bias_relu_k2_relu_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void scale_bias_relu_k2_relu_v4(
     const float* __restrict__ u,
     float* __restrict__ y,

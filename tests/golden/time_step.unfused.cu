@@ -29,7 +29,7 @@ extern "C" __global__ void time_step_k0_v(
     v[i] = v8;
 }
 
-// time_step_k0_v_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// time_step_k0_v_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void time_step_k0_v_v4(
     float* __restrict__ v,
     const float* __restrict__ stiffness,
@@ -93,7 +93,7 @@ extern "C" __global__ void time_step_k1_x(
     x[i] = v3;
 }
 
-// time_step_k1_x_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// time_step_k1_x_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void time_step_k1_x_v4(
     float* __restrict__ x,
     const float* __restrict__ v,

@@ -21,7 +21,7 @@ extern "C" __global__ void transcendental_chain_k0_a(
     a[i] = v3;
 }
 
-// transcendental_chain_k0_a_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k0_a_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k0_a_v4(
     const float* __restrict__ x,
     float* __restrict__ a,
@@ -70,7 +70,7 @@ extern "C" __global__ void transcendental_chain_k1_b(
     b[i] = v3;
 }
 
-// transcendental_chain_k1_b_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k1_b_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k1_b_v4(
     const float* __restrict__ a,
     const float* __restrict__ x,
@@ -119,7 +119,7 @@ extern "C" __global__ void transcendental_chain_k2_c(
     c[i] = v2;
 }
 
-// transcendental_chain_k2_c_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k2_c_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k2_c_v4(
     const float* __restrict__ b,
     float* __restrict__ c,
@@ -165,7 +165,7 @@ extern "C" __global__ void transcendental_chain_k3_d(
     d[i] = v3;
 }
 
-// transcendental_chain_k3_d_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k3_d_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k3_d_v4(
     const float* __restrict__ c,
     float* __restrict__ d,
@@ -212,7 +212,7 @@ extern "C" __global__ void transcendental_chain_k4_e(
     e[i] = v2;
 }
 
-// transcendental_chain_k4_e_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k4_e_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k4_e_v4(
     const float* __restrict__ d,
     float* __restrict__ e,
@@ -260,7 +260,7 @@ extern "C" __global__ void transcendental_chain_k5_f(
     f[i] = v4;
 }
 
-// transcendental_chain_k5_f_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k5_f_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k5_f_v4(
     const float* __restrict__ e,
     const float* __restrict__ x,
@@ -310,7 +310,7 @@ extern "C" __global__ void transcendental_chain_k6_g(
     g[i] = v1;
 }
 
-// transcendental_chain_k6_g_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k6_g_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k6_g_v4(
     const float* __restrict__ f,
     float* __restrict__ g,
@@ -355,7 +355,7 @@ extern "C" __global__ void transcendental_chain_k7_y(
     y[i] = v3;
 }
 
-// transcendental_chain_k7_y_v4: the same, 4 elements (one 16-byte vector of the widest array) per thread.
+// transcendental_chain_k7_y_v4: the same, 4 elements per thread (each array one aligned vector of them).
 extern "C" __global__ void transcendental_chain_k7_y_v4(
     const float* __restrict__ g,
     const float* __restrict__ a,
