@@ -80,3 +80,10 @@ def test_at_most_max_graphs_are_kept(executor):
     for k in range(GraphExecutor.MAX_GRAPHS + 5):
         executor(x, float(k), 0.0)
     assert len(executor._graphs) == GraphExecutor.MAX_GRAPHS
+
+
+def test_arguments_by_name_take_the_checked_path(executor):
+    x = np.ones(10, np.float32)
+    y = executor(x=x, s=2.0, b=0.5)
+    np.testing.assert_array_equal(y, 2.5)
+    assert executor(x, s=2.0, b=0.5) is y and executor.backend.captures == 1  # the same checked key

@@ -119,6 +119,7 @@ class Executor:
         self.counts = {c: position[c] for c in counts if isinstance(c, str)}
         self._sizes: dict[tuple, _Sizes] = {}
         self._is_array = [p.shape is not None for p in self.params]
+        self._count_positions = set(self.counts.values())
         self._calls: dict[tuple, _Call] = {}
         self._seen: set[tuple] = set()  # keys of plain calls seen once
 
@@ -146,26 +147,34 @@ class Executor:
         if record:
             if len(self._calls) >= 256:
                 self._calls.clear()
-            foreign = any(self.backend.foreign(args[i]) for i in self.array_positions)
-            self._calls[key] = _Call(self, values, sizes, launched, foreign)
+            self._calls[key] = _Call(self, values, sizes, launched, self._foreign(args, {}))
         return self._result(values)
 
-    def _call_key(self, args: tuple) -> tuple | None:
-        """A plain call's key, read before any check: each array's signature and
-        each repeat count with its type (a count fixes the launch sequence)."""
+    def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
+        """A call's key, read before any check (None: not a plain positional
+        call, or an array with no cheap signature): each array's signature, and
+        each scalar with its type (1, 1.0 and True are different arguments)
+        where it matters: all of them with `scalars` (a graph holds their
+        values), else the repeat counts (a count fixes the launch sequence)."""
         if len(args) != len(self._is_array):
             return None
         signature = self.backend.signature
         key = []
-        for value, is_array in zip(args, self._is_array):
+        for position, (value, is_array) in enumerate(zip(args, self._is_array)):
             if is_array:
                 value = signature(value)
                 if value is None:
                     return None
                 key.append(value)
-        for position in self.counts.values():
-            key += (type(args[position]), args[position])
+            elif scalars or position in self._count_positions:
+                key += (type(value), value)
         return tuple(key)
+
+    def _foreign(self, args: tuple, kwargs: dict) -> bool:
+        """Whether an array argument comes from another library (see Backend.hand_off)."""
+        arrays = [args[i] for i in self.array_positions if i < len(args)]
+        arrays += [kwargs[p.name] for p in self.params if p.shape is not None and p.name in kwargs]
+        return any(map(self.backend.foreign, arrays))
 
     def _bind(self, args, kwargs):
         """Checked arguments (a flat list), out=, stream=, and the sizes for these shapes."""

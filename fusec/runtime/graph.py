@@ -24,39 +24,19 @@ class GraphExecutor(Executor):
     def __init__(self, compiled: Compiled, backend: Backend):
         super().__init__(compiled, backend)
         self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds, foreign)
-        self._is_array = [p.shape is not None for p in self.params]
 
     def __call__(self, *args, **kwargs):
-        key = self._fast_key(args) if not kwargs else None
+        key = self._call_key(args, scalars=True) if not kwargs else None
         try:
             entry = self._graphs.get(key)
         except TypeError:  # an unhashable scalar (a 0-d array): the checked path keys its checked value
             key, entry = None, None
-        if entry is None:
+        if entry is None:  # a new key (checked, then captured), or a call with out= or stream=
             return self._call_checked(args, kwargs, key)
         if entry[3]:
             self.backend.hand_off()
         self.backend.replay(entry[0], None)
         return entry[1]
-
-    def _fast_key(self, args: tuple) -> tuple | None:
-        """The key of a plain call, read before any check: each array's
-        signature (address, shape, strides, dtype) and each scalar with its
-        type (1, 1.0 and True are different arguments). A key seen before was
-        checked when its graph was captured, so a replay checks nothing."""
-        if len(args) != len(self._is_array):
-            return None
-        signature = self.backend.signature
-        key = []
-        for value, is_array in zip(args, self._is_array):
-            if is_array:
-                value = signature(value)
-                if value is None:
-                    return None
-                key.append(value)
-            else:
-                key += (type(value), value)
-        return tuple(key)
 
     def _call_checked(self, args: tuple, kwargs: dict, key: tuple | None):
         values, out, stream, sizes = self._bind(args, kwargs)
@@ -69,8 +49,7 @@ class GraphExecutor(Executor):
         if entry is None:
             self._allocate(values, out, sizes)
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
-            foreign = any(self.backend.foreign(args[i]) for i in self.array_positions)
-            entry = self._graphs[key] = (graph, self._result(values), values, foreign)
+            entry = self._graphs[key] = (graph, self._result(values), values, self._foreign(args, kwargs))
             if len(self._graphs) > self.MAX_GRAPHS:
                 del self._graphs[next(iter(self._graphs))]
         self.backend.replay(entry[0], stream)
