@@ -45,7 +45,9 @@ def emit_module(plan: ModulePlan, source_name: str) -> str:
 
 class _KernelEmitter:
     """One kernel, in two variants: one element per thread (any alignment), and
-    one 16-byte vector per array per thread (aligned arrays; see `vector_ok`)."""
+    one vector per array per thread (aligned arrays: plan.vector_alignment).
+    A persistent kernel has one grid-stride form, a multi-tensor kernel one
+    form with both loops inside."""
 
     def __init__(self, kernel: Kernel, namer: Namer):
         self.k, self.namer = kernel, namer
@@ -88,19 +90,17 @@ class _KernelEmitter:
     def render(self) -> dict:
         k = self.k
         if k.multi_tensor:
-            return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
-                    "variants": [self._multi_tensor_variant()]}
-        if k.persistent:
-            return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
-                    "variants": [self._loop_variant()]}
-        scalar = {"name": k.name, "vector": 0, "loop": False, "multi": False, "params": self.decls, "i": self.i, "n": self.n,
-                  "coords": self.coords}
-        scalar.update(self._scalar_body(self.i, self._local_namer()))
-        variants = [scalar]
-        if k.vector > 1:
-            variants.append(self._vector_variant())
-        return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "variants": variants,
-                "comments": self._comments()}
+            variants = [self._multi_tensor_variant()]
+        elif k.persistent:
+            variants = [self._loop_variant()]
+        else:
+            variants = [{"name": k.name, "vector": 0, "loop": False, "multi": False, "params": self.decls,
+                         "i": self.i, "n": self.n, "coords": self.coords,
+                         **self._scalar_body(self.i, self._local_namer())}]
+            if k.vector > 1:
+                variants.append(self._vector_variant())
+        return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
+                "variants": variants}
 
     def index(self, access: Access) -> str:
         """Offset of an access at element i: i itself, or from the coordinates of i."""
