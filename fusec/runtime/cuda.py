@@ -275,14 +275,12 @@ class CudaBackend:
         graph.launch(stream)  # None: the current stream
 
     def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        converters, variants = self.launchers[kernel.name]
-        function, block = variants[vector]
+        converters, fire = self.prepare_launch(kernel, n, vector)
         converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
-        blocks = self._blocks(kernel, function, block, n, vector)
         if stream is None:
-            function((blocks,), (block,), converted)
+            fire(converted)
         else:
-            function((blocks,), (block,), converted, stream=stream)
+            fire(converted, stream=stream)
 
     def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
         converters, variants = self.launchers[kernel.name]

@@ -237,8 +237,7 @@ class Executor:
 
     def _result(self, values: list):
         first = len(self.params)
-        outputs = values[first:first + len(self.pipeline.outputs)]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
+        return as_result(values[first:first + len(self.pipeline.outputs)])
 
     def _prepare(self, values: list) -> "_Sizes":
         dims = bind_dims(self.pipeline, {self.params[i].name: values[i].shape for i in self.array_positions})
@@ -278,6 +277,11 @@ class Executor:
                                         "is written: pass separate arrays")
 
 
+def as_result(outputs: list):
+    """A call's return value: its one output, a tuple of several, or None."""
+    return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
+
+
 class _Sizes:
     """What one shape signature fixes: output and intermediate shapes, and each kernel's sizes."""
 
@@ -285,7 +289,6 @@ class _Sizes:
 
     def __init__(self, outputs, temps, kernels):
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
-
 
 
 class _Call:
@@ -304,6 +307,7 @@ class _Call:
         self.n_outputs = len(sizes.outputs)
         self.scalars = [(i, check) for i, (check, is_array) in enumerate(zip(executor.checkers, executor._is_array))
                         if not is_array]
+        scalar_index = {i: j for j, (i, _) in enumerate(self.scalars)}  # parameter position -> index in scalars
         self.alignment: set[tuple[int, int]] = set()
         self.launches = []
         for index, args, vector in launched:
@@ -316,8 +320,8 @@ class _Call:
                     value = None
                 elif kind == "array":
                     value = backend.address(backend.pointer(value))
-                elif kind == "scalar":  # by its index among the scalar parameters
-                    scalars.append((at, [i for i, _ in self.scalars].index(key), convert))
+                elif kind == "scalar":
+                    scalars.append((at, scalar_index[key], convert))
                 elif convert is not None:
                     value = convert(value)
                 template.append(value)
@@ -340,5 +344,4 @@ class _Call:
             for at, j, convert in scalar_args:
                 launch_args[at] = scalars[j] if convert is None else convert(scalars[j])
             fire(launch_args)
-        outputs = new[:self.n_outputs]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
+        return as_result(new[:self.n_outputs])

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..compiler import Compiled
 from ..errors import ArgumentError
-from .executor import BLOCK_SIZE, Backend, Executor
+from .executor import BLOCK_SIZE, Backend, Executor, as_result
 
 
 # A work item's elements at most: 8 Ki, a few vectors per thread of a block.
@@ -62,7 +62,7 @@ class MultiTensorExecutor(Executor):
         outputs = [[self.backend.empty(shape, dtype) for shape, dtype in shapes] for shapes in prepared.output_shapes]
         if prepared.chunks:
             self._launch_sets(prepared, scalars, outputs)
-        return [out[0] if len(out) == 1 else tuple(out) for out in outputs]
+        return [as_result(out) for out in outputs]
 
     def _scalars(self, args: tuple, kwargs: dict) -> dict[int, object]:
         """The checked scalars, by parameter position."""
