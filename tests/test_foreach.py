@@ -22,11 +22,9 @@ def adam_sets(sizes, seed=0):
     return sets
 
 
-@pytest.mark.sim
-def test_foreach_in_one_launch_equals_the_reference_per_set():
-    sizes = [10, 70_000, 1, 0, 200_003, 65_536, 3]
-    sets, expected = adam_sets(sizes), adam_sets(sizes)
-    f = fusec.jit(ADAM, backend="sim")
+def step_and_compare(f, sets, expected):
+    """One Adam step: f.foreach over `sets`, the reference once per set over
+    `expected` (their copies); then every array equal."""
     f.foreach(sets, *SCALARS)
     reference = fusec.jit(ADAM, backend="numpy")
     for arrays in expected:
@@ -34,6 +32,14 @@ def test_foreach_in_one_launch_equals_the_reference_per_set():
     for got, want in zip(sets, expected):
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.sim
+def test_foreach_in_one_launch_equals_the_reference_per_set():
+    sizes = [10, 70_000, 1, 0, 200_003, 65_536, 3]
+    sets, expected = adam_sets(sizes), adam_sets(sizes)
+    f = fusec.jit(ADAM, backend="sim")
+    step_and_compare(f, sets, expected)
     backend = f._foreach_runner.backend
     assert backend.launched == ["adam_k0_mt"]  # one launch for all seven sets
 
@@ -95,13 +101,7 @@ def test_foreach_vectors_where_aligned_and_elements_elsewhere():
     sets = [tuple(a[s:s + n] for a in arrays) for arrays, s, n in zip(base, shift, sizes)]
     want = [tuple(a[s:s + n] for a in arrays) for arrays, s, n in zip(expected, shift, sizes)]
     f = fusec.jit(ADAM, backend="sim")
-    f.foreach(sets, *SCALARS)
-    reference = fusec.jit(ADAM, backend="numpy")
-    for arrays in want:
-        reference(*arrays, *SCALARS)
-    for got, exp in zip(sets, want):
-        for a, b in zip(got, exp):
-            np.testing.assert_array_equal(a, b)
+    step_and_compare(f, sets, want)
     ((_, prepared),) = f._foreach_runner._prepared
     assert prepared.aligned == [True, False, True, False]
 
@@ -113,16 +113,10 @@ def test_foreach_keeps_its_tables_for_the_same_arrays():
     f = fusec.jit(ADAM, backend="sim")
     runner = f._foreach_runner
     sets, expected = adam_sets([1000, 70_000]), adam_sets([1000, 70_000])
-    reference = fusec.jit(ADAM, backend="numpy")
     for step in range(3):
-        f.foreach(sets, *SCALARS)
-        for arrays in expected:
-            reference(*arrays, *SCALARS)
+        step_and_compare(f, sets, expected)
         sets[0][1][:] = expected[0][1][:] = step  # a new gradient, in place
     assert len(runner._prepared) == 1
-    for got, want in zip(sets, expected):
-        for a, b in zip(got, want):
-            np.testing.assert_array_equal(a, b)
     fresh = (sets[1][0].copy(),) + sets[1][1:]
     f.foreach([sets[0], fresh], *SCALARS)
     assert len(runner._prepared) == 2
