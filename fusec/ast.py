@@ -11,6 +11,11 @@ from typing import Union
 from .errors import Loc, loc_field
 
 
+def parse_int(text: str) -> int:
+    """An integer literal's value: hexadecimal after 0x, else decimal (a leading zero is not octal)."""
+    return int(text, 16) if text[:2].lower() == "0x" else int(text, 10)
+
+
 @dataclass(frozen=True, slots=True)
 class Num:
     text: str

@@ -34,8 +34,9 @@ def _lark() -> Lark:
     grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
     # The transformer builds the syntax tree as the parser reduces (no parse tree
     # in between): half the time of a separate pass on large programs.
-    options = dict(parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=True,
-                   transformer=_ToAst())
+    # Lark's strict mode (regex collisions are errors) needs interegular, which a
+    # plain install lacks: tests build the grammar strictly, users need not.
+    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True, transformer=_ToAst())
     # Building the LALR tables takes ~250 ms; Lark keeps them on disk, keyed on
     # the grammar and options, so later processes load them in a few ms.
     cache = cache_dir("grammar")
@@ -181,7 +182,7 @@ class _ToAst(Transformer):
         return ast.TypeRef(str(name), dims, loc=_loc(name))
 
     def dims(self, items):
-        return tuple(ast.Dim(int(str(t), 0) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
+        return tuple(ast.Dim(ast.parse_int(str(t)) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
 
     # ---- statements
     def stage_block(self, stmts):

@@ -161,3 +161,30 @@ def test_repeat_fuses_to_one_persistent_kernel_or_repeats_launches():
 def test_cli_persistent_form(run_cli):
     code, out, _ = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "--persistent")
     assert code == 0 and "i += (long long)gridDim.x * blockDim.x" in out and "_v4(" not in out
+
+
+def _program(text):
+    from fusec.errors import Source
+    from fusec.frontend import check_source
+    return check_source(Source("<test>", text))
+
+
+def test_a_statement_nobody_reads_is_dropped_from_the_fused_form():
+    program = _program("pipeline p(x: f32[n]) -> (y: f32[n]) {\n  t = exp(x);\n  d = t * 2.0;\n  y = x + 1.0;\n}")
+    fused = compile_pipeline(program, "p")
+    assert [k.stages for k in fused.plan.kernels] == [("y",)]
+    assert [d.reason for d in fused.partition.decisions if d.kernel == -1] == \
+        ["dropped: nothing the pipeline returns reads it"] * 2
+    assert len(compile_pipeline(program, "p", CompileOptions(fuse=False)).plan.kernels) == 3
+
+
+def test_a_pipeline_with_no_outputs_compiles_to_no_kernels():
+    program = _program("pipeline p(x: f32[n]) {\n  t = x * 2.0;\n}")
+    assert compile_pipeline(program, "p").plan.kernels == ()
+    assert "0 kernels" in compile_pipeline(program, "p").cuda
+
+
+def test_a_loop_whose_values_nobody_reads_is_dropped():
+    program = _program("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n  t = x;\n"
+                       "  repeat k { t = t * 2.0; }\n  y = x + 1.0;\n}")
+    assert [k.stages for k in compile_pipeline(program, "p").plan.kernels] == [("y",)]

@@ -143,3 +143,8 @@ def test_all_errors_of_a_program_are_reported_together():
 def test_a_failed_statement_does_not_cascade():
     err = diagnostics(P + "    t = x * q;\n    y = t + 1.0;\n}")
     assert len(err.diagnostics) == 1
+
+
+def test_a_dim_literal_with_a_leading_zero_is_decimal():
+    program = check_source(Source("<test>", "pipeline p(x: f32[010]) -> (y: f32[010]) { y = x + 1.0; }"))
+    assert program.pipelines[0].params[0].shape == (10,)

@@ -39,10 +39,6 @@ Typed = Union[Strong, Weak]
 POISON = Strong(-1, None)
 
 
-def parse_int(text: str) -> int:
-    return int(text, 16) if text[:2].lower() == "0x" else int(text, 10)
-
-
 def weak_kind(node: ast.Expr) -> str:
     if isinstance(node, ast.Num):
         return "float" if node.is_float else "int"
@@ -144,7 +140,7 @@ class ExprChecker:
         return self.emit(ARITH_OPS[node.op], (left.id, right.id), to, node.loc)
 
     def _literal(self, node: ast.Num, to: ScalarType, negate: bool) -> Strong:
-        value = float(node.text) if node.is_float else parse_int(node.text)
+        value = float(node.text) if node.is_float else ast.parse_int(node.text)
         value = -value if negate else value
         if to.is_bool:
             return self.emit("const", (), BOOL, node.loc, bool(value))
@@ -187,7 +183,7 @@ class ExprChecker:
             if not math.isfinite(float(node.text)):
                 return self.error(node.loc, f"float literal {node.text} is out of range")
             return Weak(node, "float")
-        if parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
+        if ast.parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
             return self.error(node.loc, f"integer literal {node.text} is too large (more than 64 bits)")
         return Weak(node, "int")
 

@@ -158,7 +158,7 @@ class PipelineChecker:
         if isinstance(expr, ast.Num):
             if expr.is_float:
                 return None, f"{allowed}; {expr.text} is not an integer"
-            return int(expr.text, 16 if expr.text[:2].lower() == "0x" else 10), None
+            return ast.parse_int(expr.text), None
         if isinstance(expr, ast.Unary) and expr.op == "-" and isinstance(expr.operand, ast.Num):
             return None, f"a repeat count cannot be negative (-{expr.operand.text})"
         if isinstance(expr, ast.Name):

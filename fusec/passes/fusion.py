@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..ir import fmt_shape
 from ..plan import Decision, Stage, StageGraph
 from .kernel import build_kernel
+from .liveness import live_stages
 
 # Register budget per thread. An H100/H200 SM has 65,536 32-bit registers and
 # runs at most 2,048 threads; a memory-bound kernel keeps enough loads in flight
@@ -50,10 +51,11 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions),
                          loops)
 
+    live = live_stages(graph)
     producer = {v: i for i, s in enumerate(stages) for v in s.outputs}
     readers: dict[str, set[int]] = {}
-    for j, s in enumerate(stages):
-        for v in s.reads():
+    for j in live:
+        for v in stages[j].reads():
             readers.setdefault(v, set()).add(j)
     # Pipeline results, what a loop reads from its buffers when it starts, and each
     # iteration's exit values (the next iteration reads them from memory).
@@ -61,6 +63,9 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
     groups: list[list[int]] = []
     decisions: list[Decision] = []
     for i, stage in enumerate(stages):
+        if i not in live:
+            decisions.append(Decision(stage.name, -1, False, "dropped: nothing the pipeline returns reads it"))
+            continue
         refusals: list[str] = []
         joined = None
         for k in range(len(groups) - 1, -1, -1):
@@ -96,7 +101,8 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
     for n, loop in enumerate(graph.loops):
         members = tuple(k for k, g in enumerate(groups) if graph.loop_of(g[0]) == n)
         # One kernel for the whole body: it iterates in registers, a persistent kernel.
-        loops.append((members, len(members) == 1 and len(groups[members[0]]) == loop.stop - loop.start))
+        body = [j for j in range(loop.start, loop.stop) if j in live]
+        loops.append((members, len(members) == 1 and len(groups[members[0]]) == len(body)))
         if not loops[-1][1] and members:
             decisions.append(Decision(stages[loop.start].name, members[0], False,
                                       f"repeat body is {len(members)} kernels, launched {loop.count} times: "

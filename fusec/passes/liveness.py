@@ -1,0 +1,34 @@
+"""Which stages of a stage graph compute something the pipeline's results depend on.
+
+A statement whose value nobody reads (a dead temporary, or every statement of
+a pipeline with no outputs) is dropped from the fused form: a kernel that
+stores nothing has no effect. The unfused form keeps one kernel per statement.
+"""
+from __future__ import annotations
+
+from ..plan import StageGraph
+
+
+def live_stages(graph: StageGraph) -> frozenset[int]:
+    """Stage indices whose outputs reach a pipeline result, through other stages or around a loop."""
+    producer = {v: i for i, s in enumerate(graph.stages) for v in s.outputs}
+    # A loop value is what the slot holds when an iteration starts: its entry value
+    # (before the first) and its exit value (after each) are live when it is.
+    feeds = {}
+    for loop in graph.loops:
+        for (loop_value, exit_value), entry in zip(loop.carried, loop.entries):
+            feeds[loop_value] = (exit_value, entry)
+    live_values: set[str] = set()
+    live: set[int] = set()
+    work = list(graph.results)
+    while work:
+        value = work.pop()
+        if value in live_values:
+            continue
+        live_values.add(value)
+        work.extend(feeds.get(value, ()))
+        stage = producer.get(value)
+        if stage is not None and stage not in live:
+            live.add(stage)
+            work.extend(graph.stages[stage].reads())
+    return frozenset(live)
