@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import fusec
-from fusec.bench import time_gpu, time_host
+from fusec.bench.harness import time_gpu, time_host
 from fusec.reference import run as reference
 
 

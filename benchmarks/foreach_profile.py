@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import fusec
-from fusec.bench import time_gpu
+from fusec.bench.harness import time_gpu
 
 h, layers, vocab = 512, 12, 25_000
 layer = [(h,), (h,), (3 * h, h), (3 * h,), (h, h), (h,), (h,), (h,), (4 * h, h), (4 * h,), (h, 4 * h), (h,),
@@ -59,6 +59,7 @@ pstats.Stats("/tmp/foreach.prof").sort_stats("tottime").print_stats(8)
 
 # The work item's size: the kernel reads each item's bounds from the table, so it can vary at run time.
 from fusec.runtime import foreach as foreach_module  # noqa: E402
+
 for chunk in (8192, 16384, 32768, 65536, 131072, 262144):
     foreach_module.CHUNK = chunk
     runner._prepared.clear()

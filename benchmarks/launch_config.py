@@ -8,7 +8,7 @@ import cupy as cp
 import numpy as np
 
 import fusec
-from fusec.bench import time_gpu
+from fusec.bench.harness import time_gpu
 
 f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
 x = cp.random.standard_normal(2 ** 26, dtype=cp.float32)

@@ -21,7 +21,7 @@ python3 - <<'PY'
 import glob, json, os
 rows = [r for path in sorted(glob.glob("/tmp/fusec-json/*.json")) for r in json.load(open(path))]
 json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp/fusec-bench"), "bench.json"), "w"), indent=1)
-from fusec.bench import Row, plot
+from fusec.bench.harness import Row, plot
 plot([Row(**r) for r in rows if r["pipeline"] == "scale_bias_relu" and r["dtype"] == "f32"],
      os.path.join(os.environ.get("OUT", "/tmp/fusec-bench"), "scale_bias_relu_f32.png"))
 PY

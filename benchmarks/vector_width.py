@@ -3,11 +3,11 @@ vector by the widest array (16 bytes of it); this times wider vectors (32 and 64
 bytes of the widest array, so the narrow arrays of quantize and mixed-precision
 pipelines move 8 or 16 bytes) against the float4 copy of the same bytes.
 Run: PYTHONPATH=. python3 benchmarks/vector_width.py"""
-import numpy as np
 import cupy as cp
+import fusec.passes.build_kernel as kernel_pass
+import numpy as np
 
-import fusec.passes.kernel as kernel_pass
-from fusec.bench import Bench, dims_for, make_args, retype, time_gpu
+from fusec.bench.harness import Bench, dims_for, make_args, retype, time_gpu
 from fusec.frontend import load
 
 CASES = [("quantize", "f32"), ("scale_bias_relu", "f32"), ("adam", "f32"), ("bf16_swiglu", "bf16"),

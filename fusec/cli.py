@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from .errors import FzError
+from fusec.errors import FzError
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="parse and type-check a .fz file")
     check.add_argument("file", metavar="FILE.fz")
 
-    from .commands import add_bench_arguments, add_compile_arguments
+    from fusec.commands import add_bench_arguments, add_compile_arguments
     compile_ = sub.add_parser("compile", help="compile a .fz file to CUDA C")
     add_compile_arguments(compile_)
     bench = sub.add_parser("bench", help="time a pipeline against the copy limit and its peers (needs a GPU)")
@@ -34,13 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # exits 2 on a usage error
     try:
         if args.command == "check":
-            from .frontend import check_source
-            from .parser import read_source
+            from fusec.frontend import check_source
+            from fusec.frontend.parser import read_source
             program = check_source(read_source(args.file))
             names = ", ".join(p.name for p in program.pipelines)
             print(f"{args.file}: ok ({len(program.stages)} stages; pipelines: {names})")
             return EXIT_OK
-        from .commands import run_bench, run_compile
+        from fusec.commands import run_bench, run_compile
         return run_bench(args) if args.command == "bench" else run_compile(args)
     except FzError as exc:
         print(exc, file=sys.stderr)

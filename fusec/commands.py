@@ -7,10 +7,10 @@ import re
 import sys
 from pathlib import Path
 
-from .compiler import CompileOptions, compile_pipeline
-from .errors import Diagnostic, FzError, Loc
-from .frontend import check_source
-from .parser import read_source
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.errors import Diagnostic, FzError, Loc
+from fusec.frontend import check_source
+from fusec.frontend.parser import read_source
 
 # Registers per SM (64K on every arch since sm_50) and the most threads an SM
 # runs; the default budget keeps half occupancy, enough for memory-bound kernels.
@@ -62,7 +62,7 @@ def run_compile(args) -> int:
     max_regs = args.max_regs or default_max_regs(args.arch)
     options = CompileOptions(fuse=not args.unfused, max_regs=max_regs, persistent=args.persistent)
     compiled = [compile_pipeline(program, name, options) for name in selected]
-    from . import report
+    from fusec import report
     if args.emit == "cuda":
         text = "\n".join(c.cuda for c in compiled)
     elif args.emit == "ir":
@@ -104,12 +104,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args) -> int:
-    from .runtime.cuda import available
+    from fusec.runtime.backends.cuda import available
     if not available():
         print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
               "none was found", file=sys.stderr)
         return 2
-    from . import bench
+    from fusec.bench import harness as bench
     source = read_source(args.file)
     program = check_source(source)
     names = [p.name for p in program.pipelines]

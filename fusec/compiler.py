@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .codegen.emit import emit_module
-from .ir import Program
-from .passes.fusion import DEFAULT_MAX_REGS, FusionOptions, Partition, fuse
-from .passes.lower import lower
-from .passes.plan import plan_module
-from .plan import ModulePlan, StageGraph
+from fusec.codegen.emit import emit_module
+from fusec.ir.kernels import ModulePlan
+from fusec.ir.program import Program
+from fusec.ir.stages import StageGraph
+from fusec.passes.fusion import DEFAULT_MAX_REGS, FusionOptions, Partition, fuse
+from fusec.passes.lower import lower
+from fusec.passes.plan import plan_module
 
 
 @dataclass(frozen=True, slots=True)

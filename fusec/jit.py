@@ -11,12 +11,15 @@ attribute per pipeline (or the one named by `pipeline=`). Backends: "cuda"
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
 
-from .compiler import CompileOptions, Compiled, compile_pipeline
-from .frontend import load
-from .ir import Program
-from .passes.fusion import DEFAULT_MAX_REGS
+from fusec.compiler import Compiled, CompileOptions, compile_pipeline
+from fusec.errors import Source
+from fusec.frontend import check_source, load
+from fusec.frontend.trace import signature_of, trace_source
+from fusec.ir.program import Program
+from fusec.passes.fusion import DEFAULT_MAX_REGS
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
 _OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline", "graph", "persistent")
@@ -31,7 +34,6 @@ def jit(x=None, /, **options):
     if x is None:
         return lambda fn: jit(fn, **options)
     if callable(x):
-        from .trace import TracedFunction
         return TracedFunction(x, **options)
     if not isinstance(x, str):
         raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(x).__name__}")
@@ -41,25 +43,25 @@ def jit(x=None, /, **options):
     if name is not None:
         if name not in names:
             raise ValueError(f"no pipeline named {name!r} (pipelines: {', '.join(names)})")
-        return Pipeline(program, name, **options)
+        return JitPipeline(program, name, **options)
     if len(names) == 1:
-        return Pipeline(program, names[0], **options)
-    return Module(program, **options)
+        return JitPipeline(program, names[0], **options)
+    return JitModule(program, **options)
 
 
-class Module:
+class JitModule:
     """A .fz file with several pipelines: one attribute each."""
 
     def __init__(self, program: Program, **options):
         self.program = program
         for p in program.pipelines:
-            setattr(self, p.name, Pipeline(program, p.name, **options))
+            setattr(self, p.name, JitPipeline(program, p.name, **options))
 
     def __repr__(self) -> str:
         return f"<fusec module: {', '.join(p.name for p in self.program.pipelines)}>"
 
 
-class Pipeline:
+class JitPipeline:
     """One compiled pipeline. Call it with its parameters in declaration order
     (or by name); it returns its outputs and updates `inout` arrays in place."""
 
@@ -85,11 +87,11 @@ class Pipeline:
         return compile_pipeline(self.program, self.name, options)
 
     @functools.cached_property
-    def unfused(self) -> "Pipeline":
+    def unfused(self) -> "JitPipeline":
         """The same pipeline, one kernel per stage."""
         if not self.fuse:
             return self
-        return Pipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
+        return JitPipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
                         arch=self.arch, graph=self.graph, persistent=self.persistent)
 
     @property
@@ -97,7 +99,7 @@ class Pipeline:
         return self.compiled.cuda
 
     def report(self) -> list[dict]:
-        from .report import report
+        from fusec.report import report
         rows = report(self.compiled)
         backend = getattr(self.__dict__.get("_runner"), "backend", None)
         if hasattr(backend, "attributes"):  # compiled: the kernels' real registers and local memory
@@ -108,14 +110,14 @@ class Pipeline:
     @functools.cached_property
     def _runner(self):
         if self.backend == "numpy":
-            from .reference import Interpreter
+            from fusec.reference import Interpreter
             return functools.partial(Interpreter(self.program).run, self.name)
-        from .runtime.executor import Executor
+        from fusec.runtime.executor import Executor
         if self.backend == "sim":
-            from .sim.runner import SimBackend
+            from fusec.runtime.backends.sim import SimBackend
             return Executor(self.compiled, SimBackend(self.compiled))
-        from .runtime.cuda import CudaBackend
-        from .runtime.graph import GraphExecutor
+        from fusec.runtime.backends.cuda import CudaBackend
+        from fusec.runtime.cuda_graphs import GraphExecutor
         executor = GraphExecutor if self.graph else Executor
         return executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
 
@@ -132,23 +134,23 @@ class Pipeline:
     def _foreach_runner(self):
         if self.backend == "numpy":
             return _ReferenceForeach(self)
-        from .runtime.foreach import MultiTensorExecutor
+        from fusec.runtime.foreach import MultiTensorExecutor
         compiled = compile_pipeline(self.program, self.name, CompileOptions(max_regs=self.max_regs, multi_tensor=True))
         if self.backend == "sim":
-            from .sim.runner import SimBackend
+            from fusec.runtime.backends.sim import SimBackend
             return MultiTensorExecutor(compiled, SimBackend(compiled))
-        from .runtime.cuda import CudaBackend
+        from fusec.runtime.backends.cuda import CudaBackend
         return MultiTensorExecutor(compiled, CudaBackend(compiled, arch=self.arch))
 
 
 class _ReferenceForeach:
     """foreach on the numpy backend: the reference, once per set."""
 
-    def __init__(self, pipeline: Pipeline):
+    def __init__(self, pipeline: JitPipeline):
         self.pipeline = pipeline
 
     def foreach(self, sets, *scalars, **named_scalars) -> list:
-        from .errors import ArgumentError
+        from fusec.errors import ArgumentError
         if not isinstance(sets, (list, tuple)) or not sets:
             raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
         params = self.pipeline.program.pipeline(self.pipeline.name).params
@@ -164,9 +166,40 @@ class _ReferenceForeach:
 def _resolve_backend(backend: str) -> str:
     if backend != "auto":
         return backend
-    from .runtime.cuda import available
+    from fusec.runtime.backends.cuda import available
     if available():
         return "cuda"
     warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
                   RuntimeWarning, stacklevel=4)
     return "numpy"
+
+
+class TracedFunction:
+    """A Python function (`@fusec.jit`), traced and compiled once per argument signature."""
+
+    def __init__(self, fn, **options):
+        self.fn = fn
+        self.options = options
+        self.signature = inspect.signature(fn)
+        self.pipelines: dict[tuple, JitPipeline] = {}
+        self.__name__ = getattr(fn, "__name__", "traced")
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args, **kwargs):
+        bound = self.signature.bind(*args, **kwargs)
+        values = list(bound.arguments.values())
+        key = tuple(signature_of(v) for v in values)
+        pipeline = self.pipelines.get(key)
+        if pipeline is None:
+            pipeline = self.pipelines[key] = self._compile(list(bound.arguments), key)
+        return pipeline(*values)
+
+    def source(self, *args, **kwargs) -> str:
+        """The .fz source traced for these arguments."""
+        bound = self.signature.bind(*args, **kwargs)
+        return trace_source(self.fn, list(bound.arguments), tuple(signature_of(v) for v in bound.arguments.values()))
+
+    def _compile(self, names: list[str], key: tuple) -> JitPipeline:
+        text = trace_source(self.fn, names, key)
+        program = check_source(Source(f"<traced {self.__name__}>", text))
+        return JitPipeline(program, program.pipelines[0].name, **self.options)

@@ -12,10 +12,10 @@ import math
 
 import numpy as np
 
-from .bind import bind_dims, check_scalar, concrete, numpy_dtype, split_args
-from .errors import ArgumentError
-from .ir import Apply, Body, Pipeline, Program, Repeat
-from .types import INT_RANGE, ScalarType
+from fusec.errors import ArgumentError
+from fusec.ir.program import Apply, Body, Pipeline, Program, Repeat
+from fusec.runtime.binder import bind_dims, check_scalar, concrete, numpy_dtype, split_args
+from fusec.types import INT_RANGE, ScalarType
 
 
 def compute_dtype(t: ScalarType) -> np.dtype:

@@ -1,9 +1,9 @@
 """What the compiler decided, for people: the JSON report, the table, the IR dump."""
 from __future__ import annotations
 
-from .compiler import Compiled
-from .ir import fmt_shape
-from .plan import Kernel
+from fusec.compiler import Compiled
+from fusec.ir.kernels import Kernel
+from fusec.ir.program import fmt_shape
 
 
 def kernel_report(compiled: Compiled, kernel: Kernel) -> dict:

@@ -1,7 +1,6 @@
 import shutil
 
 import pytest
-
 from helpers import ROOT
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))

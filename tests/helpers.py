@@ -4,9 +4,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from fusec.bind import numpy_dtype
 from fusec.errors import Source
 from fusec.frontend import check_source
+from fusec.runtime.binder import numpy_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted((ROOT / "examples").glob("*.fz")) + sorted((ROOT / "tests" / "programs").glob("*.fz"))

@@ -5,7 +5,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT
 
 VALID = ("stage scale(x: f32, s: f32) -> f32 { return x * s; }\n"

@@ -3,11 +3,10 @@ signatures of two earlier ones replays the launches recorded at the second,
 checking only its scalars. In the sim, against the reference and the checked path."""
 import numpy as np
 import pytest
+from helpers import ROOT
 
 import fusec
 from fusec.errors import ArgumentError
-
-from helpers import ROOT
 
 pytestmark = pytest.mark.sim
 SBR = str(ROOT / "examples/scale_bias_relu.fz")

@@ -3,11 +3,10 @@ different sizes, in the sim (several blocks share the work table; sets smaller
 than a work item, larger than one, and empty), against the reference."""
 import numpy as np
 import pytest
+from helpers import ROOT, assert_matches
 
 import fusec
 from fusec.errors import ArgumentError
-
-from helpers import ROOT, assert_matches
 
 ADAM = str(ROOT / "examples" / "adam.fz")
 SCALARS = (1e-3, 0.9, 0.999, 1e-8, 0.1, 0.001)
@@ -127,8 +126,9 @@ def test_foreach_keeps_its_tables_for_the_same_arrays():
 
 
 def _foreach_capable():
-    from fusec.compiler import CompileOptions, compile_pipeline
     from helpers import pipelines
+
+    from fusec.compiler import CompileOptions, compile_pipeline
     out = []
     for ident, program, name in pipelines():
         try:
@@ -145,8 +145,9 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
     """Every pipeline foreach accepts, over sets of 70,001, 5, 0 and 1,000
     elements (the second set 1 element into its allocations), equals one sim
     call per set, outputs and inout arrays both."""
-    from fusec.jit import Pipeline
     from helpers import random_args
+
+    from fusec.jit import JitPipeline
     pipeline = program.pipeline(name)
     arrays = [i for i, p in enumerate(pipeline.params) if p.shape is not None]
     sets, per_call = [], []
@@ -157,7 +158,7 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
         sets.append(args)
         per_call.append([a.copy() if i in arrays else a for i, a in enumerate(args)])
     scalars = [a for i, a in enumerate(sets[0]) if i not in arrays]
-    f = Pipeline(program, name, backend="sim")
+    f = JitPipeline(program, name, backend="sim")
     results = f.foreach([tuple(args[i] for i in arrays) for args in sets], *scalars)
     for args, expected_args, result in zip(sets, per_call, results):
         expected = f(*expected_args)

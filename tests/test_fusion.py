@@ -2,11 +2,10 @@
 import json
 
 import pytest
+from helpers import ROOT, load_program, pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.ir import walk_applies
-
-from helpers import ROOT, load_program, pipelines
+from fusec.ir.program import walk_applies
 
 PIPELINES = pipelines()
 
@@ -122,7 +121,7 @@ def test_cli_compile_errors(run_cli):
 
 
 def test_bench_without_a_gpu_says_so(run_cli, monkeypatch):
-    import fusec.runtime.cuda as cuda
+    import fusec.runtime.backends.cuda as cuda
     monkeypatch.setattr(cuda, "available", lambda: False)
     code, out, err = run_cli("bench", str(ROOT / "examples/scale_bias_relu.fz"))
     assert code == 2 and "needs a CUDA device" in err and "Traceback" not in err
@@ -131,7 +130,7 @@ def test_bench_without_a_gpu_says_so(run_cli, monkeypatch):
 
 
 def test_bench_retypes_a_program():
-    from fusec.bench import dims_for, retype
+    from fusec.bench.harness import dims_for, retype
     program = retype((ROOT / "examples/bias_gelu.fz").read_text(), "bf16", "bias_gelu")
     assert {s.type.name for s in program.pipelines[0].slots} == {"bf16"}
     assert dims_for(program.pipelines[0], 2 ** 20) == {"rows": 256, "cols": 4096}

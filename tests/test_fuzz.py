@@ -2,14 +2,13 @@
 through the reference), and random mutations of the examples fail, if at all,
 only with fusec's own error type."""
 import numpy as np
+from conftest import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fusec.errors import FzError, Source
 from fusec.frontend import check_source
 from fusec.reference import run
-
-from conftest import EXAMPLES
 
 FLOAT_FUNCS = ["exp", "tanh", "sigmoid", "sqrt", "abs", "sin", "log1p", "floor", "erf"]
 FLOAT_LEAVES = st.sampled_from(["x", "y", "s", "1.5", "2", "pi", "f32(k)", "0.25"])

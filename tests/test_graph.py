@@ -4,14 +4,13 @@ arguments they were captured with, as a CUDA graph does). The GPU tier replays
 real graphs."""
 import numpy as np
 import pytest
+from helpers import ROOT
 
+from fusec.compiler import compile_pipeline
 from fusec.errors import ArgumentError
 from fusec.frontend import load
-from fusec.compiler import compile_pipeline
-from fusec.runtime.graph import GraphExecutor
-from fusec.sim.runner import SimBackend
-
-from helpers import ROOT
+from fusec.runtime.backends.sim import SimBackend
+from fusec.runtime.cuda_graphs import GraphExecutor
 
 pytestmark = pytest.mark.sim
 

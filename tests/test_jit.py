@@ -5,12 +5,11 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import ROOT, assert_matches, load_program, random_args
 
 import fusec
 from fusec.errors import ArgumentError
 from fusec.reference import run as reference
-
-from helpers import ROOT, assert_matches, load_program, random_args
 
 SBR = str(ROOT / "examples" / "scale_bias_relu.fz")
 SHAPES = str(ROOT / "tests" / "programs" / "shapes.fz")
@@ -56,7 +55,7 @@ def test_options_are_checked():
 
 
 def test_auto_without_a_device_warns_once_and_uses_numpy(monkeypatch):
-    import fusec.runtime.cuda as cuda
+    import fusec.runtime.backends.cuda as cuda
     monkeypatch.setattr(cuda, "available", lambda: False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -4,11 +4,10 @@ import re
 import subprocess
 
 import pytest
+from helpers import pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.plan import variant_names
-
-from helpers import pipelines
+from fusec.ir.kernels import variant_names
 
 pytestmark = pytest.mark.nvcc
 PIPELINES = pipelines()

@@ -3,12 +3,12 @@ reference computes, checked on the CPU: NumPy stands in for cupy.fuse's
 CuPy, and PyTorch eager runs on the CPU where it is installed."""
 import numpy as np
 import pytest
-
-from fusec.passes.lower import lower
-from fusec.peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
-from fusec.reference import _erf, run as reference
-
 from helpers import assert_matches, pipelines, random_args
+
+from fusec.bench.peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
+from fusec.passes.lower import lower
+from fusec.reference import _erf
+from fusec.reference import run as reference
 
 PIPELINES = pipelines()
 

@@ -7,12 +7,11 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from fusec.errors import ArgumentError, Source
 from fusec.frontend import check_source, load
 from fusec.reference import run
-
-from conftest import ROOT
 
 rng = np.random.default_rng(1234)
 BF16 = ml_dtypes.bfloat16

@@ -4,10 +4,9 @@ and broadcast rows that do not hold whole vectors, take the scalar one; both
 give the reference's results."""
 import numpy as np
 import pytest
+from helpers import ROOT, assert_matches, load_program
 
 import fusec
-
-from helpers import ROOT, assert_matches, load_program
 
 pytestmark = pytest.mark.sim
 

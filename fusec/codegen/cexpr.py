@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..types import INT_RANGE, ScalarType
+from fusec.types import INT_RANGE, ScalarType
 
 C_TYPES = {
     "bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",

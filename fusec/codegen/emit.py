@@ -9,12 +9,21 @@ import functools
 
 import jinja2
 
-from ..cachedir import cache_dir
-from ..ir import fmt_shape
-from ..plan import WORK_ITEM, Access, Kernel, ModulePlan, kernel_params, needs_coordinates
-from .cexpr import (HELPERS, cast_expr, compute_type, const, load_expr, op_expr, scalar_param_type,
-                    storage_type, store_expr)
-from .names import Namer
+from fusec.cache import cache_dir
+from fusec.codegen.cexpr import (
+    HELPERS,
+    cast_expr,
+    compute_type,
+    const,
+    load_expr,
+    op_expr,
+    scalar_param_type,
+    storage_type,
+    store_expr,
+)
+from fusec.codegen.names import Namer
+from fusec.ir.kernels import WORK_ITEM, Access, Kernel, ModulePlan, kernel_params, needs_coordinates
+from fusec.ir.program import fmt_shape
 
 
 @functools.cache
@@ -26,7 +35,7 @@ def environment() -> jinja2.Environment:
         bytecode = jinja2.FileSystemBytecodeCache(str(cache))
     except OSError:
         bytecode = None
-    return jinja2.Environment(loader=jinja2.PackageLoader("fusec", "templates"), undefined=jinja2.StrictUndefined,
+    return jinja2.Environment(loader=jinja2.PackageLoader("fusec.codegen", "templates"), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                               bytecode_cache=bytecode)
 

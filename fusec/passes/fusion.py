@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import fmt_shape
-from ..plan import Decision, Stage, StageGraph
-from .kernel import build_kernel
-from .liveness import live_stages
+from fusec.ir.program import fmt_shape
+from fusec.ir.stages import Decision, Stage, StageGraph
+from fusec.passes.build_kernel import build_kernel
+from fusec.passes.liveness import live_stages
 
 # Register budget per thread. An H100/H200 SM has 65,536 32-bit registers and
 # runs at most 2,048 threads; a memory-bound kernel keeps enough loads in flight

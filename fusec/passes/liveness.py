@@ -6,7 +6,7 @@ stores nothing has no effect. The unfused form keeps one kernel per statement.
 """
 from __future__ import annotations
 
-from ..plan import StageGraph
+from fusec.ir.stages import StageGraph
 
 
 def live_stages(graph: StageGraph) -> frozenset[int]:

@@ -9,9 +9,9 @@ stands for the slot after the loop.
 """
 from __future__ import annotations
 
-from ..errors import Diagnostic, FzError
-from ..ir import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
-from ..plan import Loop, Stage, StageGraph, Value
+from fusec.errors import Diagnostic, FzError
+from fusec.ir.program import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
+from fusec.ir.stages import Loop, Stage, StageGraph, Value
 
 
 def lower(program: Program, pipeline: Pipeline) -> StageGraph:

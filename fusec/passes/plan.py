@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..plan import Buffer, ModulePlan, Repeat, StageGraph
-from .fusion import Partition
-from .kernel import build_kernel
+from fusec.ir.kernels import Buffer, ModulePlan, RepeatSteps
+from fusec.ir.stages import StageGraph
+from fusec.passes.build_kernel import build_kernel
+from fusec.passes.fusion import Partition
 
 
 def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_regs: int,
@@ -48,5 +49,5 @@ def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int]
             steps.append(k)
         elif in_loop[k] not in done:
             done.add(in_loop[k])
-            steps.append(Repeat(graph.loops[in_loop[k]].count, partition.loops[in_loop[k]][0]))
+            steps.append(RepeatSteps(graph.loops[in_loop[k]].count, partition.loops[in_loop[k]][0]))
     return tuple(steps)

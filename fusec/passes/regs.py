@@ -10,7 +10,7 @@ max(4, 25 %) of ptxas on every one of them.
 """
 from __future__ import annotations
 
-from ..ir import Body, Instr
+from fusec.ir.program import Body, Instr
 
 # The 64-bit index, its bound check and the first address: what a copy kernel needs.
 BASE_REGS = 6

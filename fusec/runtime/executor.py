@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ..bind import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, split_args
-from ..compiler import Compiled
-from ..errors import ArgumentError
-from ..ir import Slot
-from ..plan import Kernel, Repeat, kernel_params, needs_coordinates, vector_alignment
+from fusec.compiler import Compiled
+from fusec.errors import ArgumentError
+from fusec.ir.kernels import Kernel, RepeatSteps, kernel_params, needs_coordinates, vector_alignment
+from fusec.ir.program import Slot
+from fusec.runtime.binder import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, split_args
 
 # Threads per block: 256 is the usual choice for memory-bound elementwise
 # kernels (8 warps; 8 blocks fill an H200 SM's 2,048 threads).
@@ -114,7 +114,7 @@ class Executor:
             self.launches.append((k, params, alignment, needs_coordinates(k)))
         # The launch order: kernel indices, and Repeats of them (a repeat body not made persistent).
         self.steps = compiled.plan.steps
-        counts = [s.count for s in self.steps if isinstance(s, Repeat)] + \
+        counts = [s.count for s in self.steps if isinstance(s, RepeatSteps)] + \
             [k.count for k in compiled.plan.kernels if k.count is not None]
         self.counts = {c: position[c] for c in counts if isinstance(c, str)}
         self._sizes: dict[tuple, _Sizes] = {}
@@ -211,7 +211,7 @@ class Executor:
             if counts[name] < 0:
                 raise ArgumentError(f"repeat count '{name}' is negative ({counts[name]})")
         for step in self.steps:
-            if isinstance(step, Repeat):
+            if isinstance(step, RepeatSteps):
                 for _ in range(step.count if isinstance(step.count, int) else counts[step.count]):
                     for k in step.kernels:
                         self._launch(k, values, sizes, stream, counts, launched)

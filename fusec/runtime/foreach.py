@@ -5,10 +5,9 @@ import itertools
 
 import numpy as np
 
-from ..compiler import Compiled
-from ..errors import ArgumentError
-from .executor import BLOCK_SIZE, Backend, Executor, as_result
-
+from fusec.compiler import Compiled
+from fusec.errors import ArgumentError
+from fusec.runtime.executor import BLOCK_SIZE, Backend, Executor, as_result
 
 # A work item's elements at most: 8 Ki, a few vectors per thread of a block.
 # Measured on the H200 (benchmarks/foreach_profile.py, one Adam step over ~51 M

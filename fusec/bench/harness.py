@@ -18,15 +18,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .bind import numpy_dtype
-from .errors import Source
-from .frontend import check_source
-from .ir import Program
-from .jit import Pipeline
-from .passes.lower import lower
-from .peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
-from .reference import run as reference
-from .report import report
+from fusec.bench.peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
+from fusec.errors import Source
+from fusec.frontend import check_source
+from fusec.ir.program import Program
+from fusec.jit import JitPipeline
+from fusec.passes.lower import lower
+from fusec.reference import run as reference
+from fusec.report import report
+from fusec.runtime.binder import numpy_dtype
 
 FLOATS = ("f16", "bf16", "f32", "f64")
 # The innermost dim of a 2-D pipeline in the benchmark (a transformer's hidden size).
@@ -139,10 +139,10 @@ class Bench:
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type
         self.pipeline = program.pipeline(name)
-        self.fused = Pipeline(program, name, fuse=True, backend="cuda")
-        self.unfused = Pipeline(program, name, fuse=False, backend="cuda")
+        self.fused = JitPipeline(program, name, fuse=True, backend="cuda")
+        self.unfused = JitPipeline(program, name, fuse=False, backend="cuda")
         # With graph=True, both forms again, each call one CUDA graph replay.
-        self.graphs = {f"fusec {form}, graph": Pipeline(program, name, fuse=form == "fused", backend="cuda", graph=True)
+        self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, fuse=form == "fused", backend="cuda", graph=True)
                        for form in ("fused", "unfused")} if graph else {}
         self.copy = cp.RawKernel(_COPY, "fz_copy16")
         self.peers = self._peers()
@@ -262,8 +262,8 @@ class Bench:
         return rows
 
     def _bare_args(self, args, outs, kernel):
-        from .plan import kernel_params
-        from .runtime.cuda import _converter
+        from fusec.ir.kernels import kernel_params
+        from fusec.runtime.backends.cuda import _converter
         values = dict(zip([p.name for p in self.pipeline.params], args))
         values |= dict(zip([o.name for o in self.pipeline.outputs], _tuple(outs)))
         n = int(np.prod(_tuple(outs)[0].shape))

@@ -1,93 +1,15 @@
-"""The middle of the compiler: the stage graph, and the kernel plan built from it.
+"""Kernels and the module plan: the IR after planning (`passes.plan`).
 
-`StageGraph` (from `passes.lower`): one `Stage` per pipeline statement, over
-SSA `Value`s, each stage body inlined into one instruction list whose "load"s
-name values. `ModulePlan` (from `passes.plan`): the kernels to emit, each with
-the values it loads and stores, and the buffers and launches a runtime needs.
+The kernels to emit, each with the values it loads and stores, and the
+buffers and launches a runtime needs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .errors import Loc, loc_field
-from .ir import Body, Dim, Shape
-from .types import ScalarType
-
-
-@dataclass(frozen=True, slots=True)
-class Value:
-    """One SSA version of a pipeline slot. `shape` is None for a scalar."""
-
-    name: str       # unique: "h", "h.1", ...
-    buffer: str     # the slot whose memory holds it
-    type: ScalarType
-    shape: Shape | None
-    role: str       # the slot's role: "in", "inout", "out", "temp", "scalar"
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    name: str
-    shape: Shape                  # iteration space
-    body: Body                    # no "call"; "load" attr names a Value
-    outputs: tuple[str, ...]      # the Value each body result is stored as
-    loc: Loc = loc_field()
-
-    def reads(self) -> set[str]:
-        return {i.attr for i in self.body.instrs if i.op == "load"}
-
-
-@dataclass(frozen=True, slots=True)
-class Loop:
-    """`repeat count { ... }`: stages [start, stop) run `count` times (a literal,
-    or the name of an integer scalar parameter).
-
-    carried: (loop value, exit value) per slot the body assigns that existed
-    before it. The body reads the loop value; an iteration ends with the exit
-    value in the slot's buffer; after the loop the slot's value is the loop value.
-    """
-
-    count: int | str
-    start: int
-    stop: int
-    carried: tuple[tuple[str, str], ...]
-    entries: tuple[str, ...] = ()   # each carried slot's value when the loop starts
-    loc: Loc = loc_field()
-
-
-@dataclass(frozen=True, slots=True)
-class StageGraph:
-    pipeline: str
-    values: tuple[Value, ...]
-    stages: tuple[Stage, ...]
-    results: tuple[str, ...]      # values that must reach memory: final versions of inout/out slots
-    loops: tuple[Loop, ...] = ()
-    # Also must reach memory: what a loop reads from its slots' buffers when it starts.
-    loop_inputs: tuple[str, ...] = ()
-
-    def loop_of(self, stage_index: int) -> int:
-        """Which loop a stage is in (-1: none)."""
-        return next((k for k, loop in enumerate(self.loops) if loop.start <= stage_index < loop.stop), -1)
-
-    def value(self, name: str) -> Value:
-        return _by_name(self.values, name)
-
-
-def _by_name(items, name):
-    for item in items:
-        if item.name == name:
-            return item
-    raise KeyError(name)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Why a stage joined a kernel, or why it did not join a candidate."""
-
-    stage: str
-    kernel: int
-    merged: bool
-    reason: str
+from fusec.ir.program import Body, Dim, Shape
+from fusec.ir.stages import Decision, _by_name
+from fusec.types import ScalarType
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +63,7 @@ class Buffer:
 
 
 @dataclass(frozen=True, slots=True)
-class Repeat:
+class RepeatSteps:
     """Kernels launched `count` times in a row (a repeat body not made one persistent kernel)."""
 
     count: int | str
@@ -155,7 +77,7 @@ class ModulePlan:
     kernels: tuple[Kernel, ...]
     buffers: tuple[Buffer, ...]   # every array buffer any kernel touches
     max_regs: int
-    steps: tuple["int | Repeat", ...] = ()  # the launch order: a kernel's index, or a Repeat
+    steps: tuple["int | RepeatSteps", ...] = ()  # the launch order: a kernel's index, or a Repeat
 
     def buffer(self, name: str) -> Buffer:
         return _by_name(self.buffers, name)

@@ -11,9 +11,9 @@ import numbers
 
 import numpy as np
 
-from .errors import ArgumentError
-from .ir import Pipeline, Shape, Slot, fmt_shape
-from .types import BY_NAME, INT_RANGE, ScalarType
+from fusec.errors import ArgumentError
+from fusec.ir.program import Pipeline, Shape, Slot, fmt_shape
+from fusec.types import BY_NAME, INT_RANGE, ScalarType
 
 
 def numpy_dtype(t: ScalarType) -> np.dtype:

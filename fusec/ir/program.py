@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .errors import Loc, Source, loc_field
-from .types import ScalarType
+from fusec.errors import Loc, Source, loc_field
+from fusec.types import ScalarType
 
 Dim = Union[str, int]          # a dim: a name bound at call time, or a literal
 Shape = tuple[Dim, ...]

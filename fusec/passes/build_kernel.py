@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir import Body, BodyBuilder, Dim, Instr, Shape
-from ..plan import Access, Kernel, Loop, Stage, StageGraph
-from .regs import estimate_registers
-
+from fusec.ir.kernels import Access, Kernel
+from fusec.ir.program import Body, BodyBuilder, Dim, Instr, Shape
+from fusec.ir.stages import Loop, Stage, StageGraph
+from fusec.passes.regs import estimate_registers
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth

@@ -7,10 +7,23 @@ be equal at call time (`ir.DimEq`); only a literal 1 broadcasts.
 """
 from __future__ import annotations
 
-from .. import ast
-from ..errors import Diagnostics, Loc
-from ..ir import Apply, BodyBuilder, Dim, DimEq, Instr, Pipeline, Repeat, Shape, Slot, StageFn, Stmt, fmt_shape
-from .check_expr import POISON, ExprChecker, Strong, Typed, assigned_values, default_type, resolve_type
+from fusec.errors import Diagnostics, Loc
+from fusec.frontend import syntax
+from fusec.frontend.check_expr import POISON, ExprChecker, Strong, Typed, assigned_values, default_type, resolve_type
+from fusec.ir.program import (
+    Apply,
+    BodyBuilder,
+    Dim,
+    DimEq,
+    Instr,
+    Pipeline,
+    Repeat,
+    Shape,
+    Slot,
+    StageFn,
+    Stmt,
+    fmt_shape,
+)
 
 MAX_DIM = 1 << 62
 
@@ -60,7 +73,7 @@ def fmt_slot(slot: Slot) -> str:
 
 
 class PipelineChecker:
-    def __init__(self, d: ast.PipelineDef, stages: dict[str, StageFn], diags: Diagnostics):
+    def __init__(self, d: syntax.PipelineDef, stages: dict[str, StageFn], diags: Diagnostics):
         self.d, self.stages, self.diags = d, stages, diags
         self.dims = _Dims(diags)
         self.current: dict[str, Slot] = {}   # user name -> slot it names now
@@ -89,7 +102,7 @@ class PipelineChecker:
                         self._canonical_stmts(body), tuple(self.dims.eqs), loc=d.loc)
 
     # ---- declarations
-    def _param(self, p: ast.Param, kind: str) -> Slot | None:
+    def _param(self, p: syntax.Param, kind: str) -> Slot | None:
         scalar_type = resolve_type(p.type, self.diags)
         if p.name in self.current:
             self.diags.error(p.loc, f"duplicate name '{p.name}' in pipeline '{self.d.name}'")
@@ -126,14 +139,14 @@ class PipelineChecker:
     def _stmts(self, stmts) -> list[Stmt]:
         out = []
         for stmt in stmts:
-            checked = self._repeat(stmt) if isinstance(stmt, ast.Repeat) else self._apply(stmt)
+            checked = self._repeat(stmt) if isinstance(stmt, syntax.RepeatBlock) else self._apply(stmt)
             if checked is not None:
                 out.append(checked)
-            elif isinstance(stmt, ast.Assign):
+            elif isinstance(stmt, syntax.Assign):
                 self._poison_targets(stmt)
         return out
 
-    def _poison_targets(self, stmt: ast.Assign) -> None:
+    def _poison_targets(self, stmt: syntax.Assign) -> None:
         """After a failed statement its targets count as assigned, so errors do not cascade."""
         for target in stmt.targets:
             slot = self.current.get(target.id)
@@ -142,7 +155,7 @@ class PipelineChecker:
             elif slot is None or slot.role == "temp":
                 self.poisoned.add(target.id)
 
-    def _repeat(self, stmt: ast.Repeat) -> Repeat | None:
+    def _repeat(self, stmt: syntax.RepeatBlock) -> Repeat | None:
         count, problem = self._repeat_count(stmt.count)
         if problem:
             self.diags.error(stmt.count.loc, problem)
@@ -155,13 +168,13 @@ class PipelineChecker:
     def _repeat_count(self, expr) -> tuple[int | str | None, str | None]:
         """The count (a literal, or an integer scalar parameter's name), or None and what is wrong."""
         allowed = "a repeat count is an integer literal or an integer scalar parameter"
-        if isinstance(expr, ast.Num):
+        if isinstance(expr, syntax.Num):
             if expr.is_float:
                 return None, f"{allowed}; {expr.text} is not an integer"
-            return ast.parse_int(expr.text), None
-        if isinstance(expr, ast.Unary) and expr.op == "-" and isinstance(expr.operand, ast.Num):
+            return syntax.parse_int(expr.text), None
+        if isinstance(expr, syntax.Unary) and expr.op == "-" and isinstance(expr.operand, syntax.Num):
             return None, f"a repeat count cannot be negative (-{expr.operand.text})"
-        if isinstance(expr, ast.Name):
+        if isinstance(expr, syntax.Name):
             slot = self.current.get(expr.id)
             if slot is None or slot.role != "scalar":
                 return None, f"{allowed}; '{expr.id}' is not a scalar parameter"
@@ -170,7 +183,7 @@ class PipelineChecker:
             return slot.name, None
         return None, allowed
 
-    def _apply(self, stmt: ast.Assign) -> Apply | None:
+    def _apply(self, stmt: syntax.Assign) -> Apply | None:
         b = BodyBuilder()
         loaded: list[Slot] = []
 
@@ -200,10 +213,10 @@ class PipelineChecker:
                    for v, t, n in zip(values, targets, stmt.targets)]
         if len(self.diags.items) > before:
             return None
-        callee = stmt.value.func if isinstance(stmt.value, ast.Call) and stmt.value.func in self.stages else None
+        callee = stmt.value.func if isinstance(stmt.value, syntax.Call) and stmt.value.func in self.stages else None
         return Apply(tuple(t.name for t in targets), b.build(results), shape, callee, loc=stmt.loc)
 
-    def _targets(self, stmt: ast.Assign, values: list[Typed], value_shape: Shape) -> list[Slot] | None:
+    def _targets(self, stmt: syntax.Assign, values: list[Typed], value_shape: Shape) -> list[Slot] | None:
         names = [t.id for t in stmt.targets]
         declared = [self.current[n] for n in names if n in self.current and self.current[n].role in ("inout", "out")]
         space = declared[0].shape if declared else value_shape
@@ -238,7 +251,7 @@ class PipelineChecker:
             out.append(self._bind_target(target, value, space))
         return None if any(s is None for s in out) else out
 
-    def _bind_target(self, target: ast.Name, value: Typed, shape: Shape) -> Slot | None:
+    def _bind_target(self, target: syntax.Name, value: Typed, shape: Shape) -> Slot | None:
         self.poisoned.discard(target.id)
         slot = self.current.get(target.id)
         in_repeat = bool(self.repeat_outer)

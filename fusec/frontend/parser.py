@@ -1,4 +1,4 @@
-"""Text -> syntax tree (`fusec.ast`), with located errors.
+"""Text -> syntax tree (`fusec.frontend.syntax`), with located errors.
 
 One LALR parser, built once from `grammar/fz.lark`. Lark's exceptions are
 turned into `FzError`s that point at the offending token; the tree is checked
@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, __version__ as lark_version
+from lark import Lark, Token, Transformer
+from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from . import ast
-from .cachedir import cache_dir
-from .errors import Diagnostic, FzError, Loc, Source
+from fusec.cache import cache_dir
+from fusec.errors import Diagnostic, FzError, Loc, Source
+from fusec.frontend import syntax
 
 # Deepest syntax tree accepted (declarations and statements take ~4 levels,
 # each operator or call one; parentheses none): a chain of ~190 terms written
@@ -69,7 +70,7 @@ def decode_source(data: bytes, name: str) -> Source:
         raise FzError(Diagnostic(Loc(line, col), msg), Source(name, text)) from None
 
 
-def parse(source: Source) -> ast.Module:
+def parse(source: Source) -> syntax.File:
     """Parses a whole program; raises FzError with the location of the first syntax error."""
     try:
         module = _lark().parse(source.text)
@@ -116,7 +117,7 @@ def _one_of(items: list[str]) -> str:
     return "one of " + ", ".join(items)
 
 
-def _check_depth(module: ast.Module, source: Source) -> None:
+def _check_depth(module: syntax.File, source: Source) -> None:
     """Iteratively finds a syntax node nested deeper than MAX_TREE_DEPTH."""
     stack = [(module, 1)]
     while stack:
@@ -136,12 +137,12 @@ def _loc(token: Token) -> Loc:
     return Loc(token.line, token.column)
 
 
-def _expr(item) -> ast.Expr:
+def _expr(item) -> syntax.Expr:
     """Bare tokens inlined by `?atom` become leaves."""
     if isinstance(item, Token):
         if item.type == "NAME":
-            return ast.Name(str(item), loc=_loc(item))
-        return ast.Num(str(item), item.type == "FLOAT", loc=_loc(item))
+            return syntax.Name(str(item), loc=_loc(item))
+        return syntax.Num(str(item), item.type == "FLOAT", loc=_loc(item))
     return item
 
 
@@ -149,16 +150,16 @@ class _ToAst(Transformer):
     """Lark tree -> ast nodes (each method is one grammar rule)."""
 
     def start(self, decls):
-        return ast.Module(tuple(decls))
+        return syntax.File(tuple(decls))
 
     # ---- declarations
     def stage_def(self, children):
         name, params, (named, results), body = children
-        return ast.StageDef(str(name), params or (), results, named, body, loc=_loc(name))
+        return syntax.StageDef(str(name), params or (), results, named, body, loc=_loc(name))
 
     def pipeline_def(self, children):
         name, params, outputs, body = children
-        return ast.PipelineDef(str(name), params or (), outputs or (), body, loc=_loc(name))
+        return syntax.PipelineDef(str(name), params or (), outputs or (), body, loc=_loc(name))
 
     def params(self, items):
         return tuple(items)
@@ -168,21 +169,21 @@ class _ToAst(Transformer):
 
     def param(self, children):
         inout, name, type_ref = children
-        return ast.Param(str(name), type_ref, inout is not None, loc=_loc(name))
+        return syntax.Param(str(name), type_ref, inout is not None, loc=_loc(name))
 
     def single_result(self, children):
         (type_ref,) = children
-        return False, (ast.Param("result", type_ref, False, loc=type_ref.loc),)
+        return False, (syntax.Param("result", type_ref, False, loc=type_ref.loc),)
 
     def named_results(self, items):
         return True, tuple(items)
 
     def type_ref(self, children):
         name, dims = children
-        return ast.TypeRef(str(name), dims, loc=_loc(name))
+        return syntax.TypeRef(str(name), dims, loc=_loc(name))
 
     def dims(self, items):
-        return tuple(ast.Dim(ast.parse_int(str(t)) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
+        return tuple(syntax.DimDecl(syntax.parse_int(str(t)) if t.type == "INT" else str(t), loc=_loc(t)) for t in items)
 
     # ---- statements
     def stage_block(self, stmts):
@@ -192,39 +193,39 @@ class _ToAst(Transformer):
 
     def let_stmt(self, children):
         name, value = children
-        return ast.Let(str(name), _expr(value), loc=_loc(name))
+        return syntax.Let(str(name), _expr(value), loc=_loc(name))
 
     def return_stmt(self, children):
         keyword, value, _semicolon = children
-        return ast.Return(_expr(value), loc=_loc(keyword))
+        return syntax.Return(_expr(value), loc=_loc(keyword))
 
     def assign(self, children):
         targets, value = children
-        return ast.Assign(targets, _expr(value), loc=targets[0].loc)
+        return syntax.Assign(targets, _expr(value), loc=targets[0].loc)
 
     def targets(self, names):
-        return tuple(ast.Name(str(n), loc=_loc(n)) for n in names)
+        return tuple(syntax.Name(str(n), loc=_loc(n)) for n in names)
 
     def repeat(self, children):
         keyword, count, body = children
-        return ast.Repeat(_expr(count), body, loc=_loc(keyword))
+        return syntax.RepeatBlock(_expr(count), body, loc=_loc(keyword))
 
     # ---- expressions
     def _binary(self, children):
         left, op, right = children
-        return ast.Binary(str(op), _expr(left), _expr(right), loc=_loc(op))
+        return syntax.Binary(str(op), _expr(left), _expr(right), loc=_loc(op))
 
     or_expr = and_expr = equality = relation = sum = product = power = _binary
 
     def unary(self, children):
         op, operand = children
-        return ast.Unary(str(op), _expr(operand), loc=_loc(op))
+        return syntax.Unary(str(op), _expr(operand), loc=_loc(op))
 
     def ternary(self, children):
         cond, question, then, _colon, other = children
-        return ast.Ternary(_expr(cond), _expr(then), _expr(other), loc=_loc(question))
+        return syntax.Ternary(_expr(cond), _expr(then), _expr(other), loc=_loc(question))
 
     def call(self, children):
         name, *args = children
         args = tuple(_expr(a) for a in args if a is not None)
-        return ast.Call(str(name), args, loc=_loc(name))
+        return syntax.Call(str(name), args, loc=_loc(name))

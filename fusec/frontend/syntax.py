@@ -1,6 +1,6 @@
 """The syntax tree of a .fz program, as the parser builds it.
 
-Untyped and unchecked; `fusec.passes.check` turns it into the IR.
+Untyped and unchecked; `fusec.frontend.check` turns it into the IR.
 Every node carries the location of its first token (not part of equality).
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .errors import Loc, loc_field
+from fusec.errors import Loc, loc_field
 
 
 def parse_int(text: str) -> int:
@@ -63,7 +63,7 @@ Expr = Union[Num, Name, Unary, Binary, Ternary, Call]
 
 
 @dataclass(frozen=True, slots=True)
-class Dim:
+class DimDecl:
     value: str | int
     loc: Loc = loc_field()
 
@@ -71,7 +71,7 @@ class Dim:
 @dataclass(frozen=True, slots=True)
 class TypeRef:
     name: str
-    dims: tuple[Dim, ...] | None  # None: a scalar
+    dims: tuple[DimDecl, ...] | None  # None: a scalar
     loc: Loc = loc_field()
 
 
@@ -104,9 +104,9 @@ class Return:
 
 
 @dataclass(frozen=True, slots=True)
-class Repeat:
+class RepeatBlock:
     count: "Expr"  # the checker allows an integer literal or an integer scalar's name
-    body: tuple["Assign | Repeat", ...]
+    body: tuple["Assign | RepeatBlock", ...]
     loc: Loc = loc_field()
 
 
@@ -125,10 +125,10 @@ class PipelineDef:
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Param, ...]
-    body: tuple[Assign | Repeat, ...]
+    body: tuple[Assign | RepeatBlock, ...]
     loc: Loc = loc_field()
 
 
 @dataclass(frozen=True, slots=True)
-class Module:
+class File:
     decls: tuple[StageDef | PipelineDef, ...]

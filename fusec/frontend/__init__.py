@@ -1,10 +1,10 @@
 """The front end in one call: text -> parsed -> checked IR."""
 from __future__ import annotations
 
-from .errors import Source
-from .ir import Program
-from .parser import parse, read_source
-from .passes.check import check_program
+from fusec.errors import Source
+from fusec.frontend.check import check_program
+from fusec.frontend.parser import parse, read_source
+from fusec.ir.program import Program
 
 
 def check_source(source: Source) -> Program:

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
-from ..bind import numpy_dtype
-from ..cachedir import cache_dir
-from ..compiler import Compiled
-from ..errors import ArgumentError
-from ..ir import Slot
-from ..plan import Kernel, kernel_params, variant_names
-from .executor import BLOCK_SIZE
+from fusec import __version__
+from fusec.cache import cache_dir
+from fusec.compiler import Compiled
+from fusec.errors import ArgumentError
+from fusec.ir.kernels import Kernel, kernel_params, variant_names
+from fusec.ir.program import Slot
+from fusec.runtime.binder import numpy_dtype
+from fusec.runtime.executor import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
 

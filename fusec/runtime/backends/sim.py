@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..bind import numpy_dtype
-from ..cachedir import cache_dir
-from ..codegen.cexpr import scalar_param_type, storage_type
-from ..codegen.emit import environment
-from ..compiler import Compiled
-from ..errors import ArgumentError
-from ..ir import Slot
-from ..plan import Kernel, kernel_params, variant_names
-from ..runtime.executor import BLOCK_SIZE
+from fusec.cache import cache_dir
+from fusec.codegen.cexpr import scalar_param_type, storage_type
+from fusec.codegen.emit import environment
+from fusec.compiler import Compiled
+from fusec.errors import ArgumentError
+from fusec.ir.kernels import Kernel, kernel_params, variant_names
+from fusec.ir.program import Slot
+from fusec.runtime.binder import numpy_dtype
+from fusec.runtime.executor import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
 # The sim's "persistent" grid: small, so that every thread strides over several elements.

@@ -9,16 +9,15 @@ unfused form. The recorded program goes through the same front end as a
 """
 from __future__ import annotations
 
-import inspect
 import math
 import re
 
 import numpy as np
 
-from .bind import numpy_dtype
-from .errors import Source
-from .frontend import check_source
-from .types import ALL, BY_NAME, F32, promote
+from fusec.errors import Source
+from fusec.frontend import check_source
+from fusec.runtime.binder import numpy_dtype
+from fusec.types import ALL, BY_NAME, F32, promote
 
 KEYWORDS = {"stage", "pipeline", "let", "return", "repeat", "inout", "pi", "e", "inf", "nan", "true", "false"}
 
@@ -185,84 +184,55 @@ def call(func: str, *args) -> Traced:
     return tracer.emit(text, kind, any(o.is_array for o in ops))
 
 
-class TracedFunction:
-    """A Python function compiled once per argument signature."""
-
-    def __init__(self, fn, **options):
-        self.fn = fn
-        self.options = options
-        self.signature = inspect.signature(fn)
-        self.pipelines: dict[tuple, object] = {}
-        self.__name__ = getattr(fn, "__name__", "traced")
-        self.__doc__ = fn.__doc__
-
-    def __call__(self, *args, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        values = list(bound.arguments.values())
-        key = tuple(_signature(v) for v in values)
-        pipeline = self.pipelines.get(key)
-        if pipeline is None:
-            pipeline = self.pipelines[key] = self._compile(list(bound.arguments), key)
-        return pipeline(*values)
-
-    def source(self, *args, **kwargs) -> str:
-        """The .fz source traced for these arguments."""
-        bound = self.signature.bind(*args, **kwargs)
-        return self._trace(list(bound.arguments), tuple(_signature(v) for v in bound.arguments.values()))
-
-    def _compile(self, names: list[str], key: tuple):
-        from .jit import Pipeline
-        text = self._trace(names, key)
-        program = check_source(Source(f"<traced {self.__name__}>", text))
-        return Pipeline(program, program.pipelines[0].name, **self.options)
-
-    def _trace(self, names: list[str], key: tuple) -> str:
-        tracer = Tracer()
-        float_type = _scalar_float_type([k[1] for k in key if k[0] == "array"])
-        params, inputs = [], []
-        for name, sig in zip(names, key):
-            fz_name = name + "_" if name in KEYWORDS else name
-            tracer.taken.add(fz_name)
-            if sig[0] == "array":
-                _, type_name, ones = sig
-                dims = ", ".join("1" if one else f"{fz_name}_{j}" for j, one in enumerate(ones))
-                params.append(f"{fz_name}: {type_name}[{dims}]")
-                kind = "float" if type_name.startswith(("f", "bf")) else "bool" if type_name == "bool" else "int"
-                inputs.append(Traced(tracer, fz_name, kind, True))
-            else:
-                type_name = {"float": float_type, "int": "i32", "bool": "bool"}.get(sig[1], sig[1])
-                params.append(f"{fz_name}: {type_name}")
-                kind = "float" if type_name.startswith(("f", "bf")) else "bool" if type_name == "bool" else "int"
-                inputs.append(Traced(tracer, fz_name, kind, False))
-        result = self.fn(*inputs)
-        results = result if isinstance(result, tuple) else (result,)
-        outs = []
-        for k, r in enumerate(results):
-            if not isinstance(r, Traced) or not r.is_array:
-                raise TraceError(f"{self.__name__} must return arrays computed from its array arguments "
-                                 f"(result {k} is {'a scalar expression' if isinstance(r, Traced) else type(r).__name__})")
-            outs.append(r)
-        name = _identifier(self.__name__)
-        head = f"pipeline {name}({', '.join(params)})"
-        body = list(tracer.stmts)
-        # The outputs' types and shapes are what the checker infers for the returned values.
-        draft = check_source(Source(f"<traced {self.__name__}>", f"{head} {{\n" + "\n".join(body) + "\n}\n"))
-        slots = {s.name: s for s in draft.pipelines[0].slots}
-        decls, renamed = [], {}
-        for k, r in enumerate(outs):
-            slot = slots[r.text]
-            out = f"out{k}"
-            while out in tracer.taken:
-                out += "_"
-            decls.append(f"{out}: {slot.type}[{', '.join(str(d) for d in slot.shape)}]")
-            if slot.role == "temp" and r.text not in renamed:
-                renamed[r.text] = out  # the statement that made it writes the output directly
-            else:
-                body.append(f"    {out} = {renamed.get(r.text, r.text)};")
-        text = "\n".join(body)
-        for temp, out in renamed.items():
-            text = re.sub(rf"\b{temp}\b", out, text)
-        return f"{head} -> ({', '.join(decls)}) {{\n{text}\n}}\n"
+def trace_source(fn, names: list[str], key: tuple) -> str:
+    """The .fz pipeline `fn` computes for arguments named `names` with signatures `key` (`signature_of`)."""
+    fn_name = getattr(fn, "__name__", "traced")
+    tracer = Tracer()
+    float_type = _scalar_float_type([k[1] for k in key if k[0] == "array"])
+    params, inputs = [], []
+    for name, sig in zip(names, key):
+        fz_name = name + "_" if name in KEYWORDS else name
+        tracer.taken.add(fz_name)
+        if sig[0] == "array":
+            _, type_name, ones = sig
+            dims = ", ".join("1" if one else f"{fz_name}_{j}" for j, one in enumerate(ones))
+            params.append(f"{fz_name}: {type_name}[{dims}]")
+            kind = "float" if type_name.startswith(("f", "bf")) else "bool" if type_name == "bool" else "int"
+            inputs.append(Traced(tracer, fz_name, kind, True))
+        else:
+            type_name = {"float": float_type, "int": "i32", "bool": "bool"}.get(sig[1], sig[1])
+            params.append(f"{fz_name}: {type_name}")
+            kind = "float" if type_name.startswith(("f", "bf")) else "bool" if type_name == "bool" else "int"
+            inputs.append(Traced(tracer, fz_name, kind, False))
+    result = fn(*inputs)
+    results = result if isinstance(result, tuple) else (result,)
+    outs = []
+    for k, r in enumerate(results):
+        if not isinstance(r, Traced) or not r.is_array:
+            raise TraceError(f"{fn_name} must return arrays computed from its array arguments "
+                             f"(result {k} is {'a scalar expression' if isinstance(r, Traced) else type(r).__name__})")
+        outs.append(r)
+    name = _identifier(fn_name)
+    head = f"pipeline {name}({', '.join(params)})"
+    body = list(tracer.stmts)
+    # The outputs' types and shapes are what the checker infers for the returned values.
+    draft = check_source(Source(f"<traced {fn_name}>", f"{head} {{\n" + "\n".join(body) + "\n}\n"))
+    slots = {s.name: s for s in draft.pipelines[0].slots}
+    decls, renamed = [], {}
+    for k, r in enumerate(outs):
+        slot = slots[r.text]
+        out = f"out{k}"
+        while out in tracer.taken:
+            out += "_"
+        decls.append(f"{out}: {slot.type}[{', '.join(str(d) for d in slot.shape)}]")
+        if slot.role == "temp" and r.text not in renamed:
+            renamed[r.text] = out  # the statement that made it writes the output directly
+        else:
+            body.append(f"    {out} = {renamed.get(r.text, r.text)};")
+    text = "\n".join(body)
+    for temp, out in renamed.items():
+        text = re.sub(rf"\b{temp}\b", out, text)
+    return f"{head} -> ({', '.join(decls)}) {{\n{text}\n}}\n"
 
 
 def _scalar_float_type(array_types: list[str]) -> str:
@@ -280,7 +250,7 @@ def _identifier(name: str) -> str:
     return text + "_" if text in KEYWORDS else text
 
 
-def _signature(value) -> tuple:
+def signature_of(value) -> tuple:
     if isinstance(value, (bool, np.bool_)):
         return ("scalar", "bool")
     if isinstance(value, (int, np.integer)) and not isinstance(value, np.integer):

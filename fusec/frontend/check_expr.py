@@ -1,4 +1,4 @@
-"""Type checking of scalar expressions: ast.Expr -> SSA instructions.
+"""Type checking of scalar expressions: syntax.Expr -> SSA instructions.
 
 Literals are weak: a subexpression made only of literals and named
 constants stays a `Weak` syntax node until it meets a strong operand, and is
@@ -11,12 +11,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
-from .. import ast
-from ..builtins import ARITH_OPS, BOOL_CONSTANTS, BUILTINS, COMPARE_OPS, FLOAT_CONSTANTS, LOGIC_OPS
-from ..errors import Diagnostics, Loc
-from ..ir import BodyBuilder, Instr, StageFn
-from ..types import (BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, F64, INT_RANGE, ScalarType,
-                     can_convert, promote)
+from fusec.errors import Diagnostics, Loc
+from fusec.frontend import syntax
+from fusec.frontend.builtins import ARITH_OPS, BOOL_CONSTANTS, BUILTINS, COMPARE_OPS, FLOAT_CONSTANTS, LOGIC_OPS
+from fusec.ir.program import BodyBuilder, Instr, StageFn
+from fusec.types import BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, F64, INT_RANGE, ScalarType, can_convert, promote
 
 F32_MAX = 3.4028234663852886e38
 # Instructions whose f16/bf16 value is already rounded to its type.
@@ -31,7 +30,7 @@ class Strong:
 
 @dataclass(frozen=True, slots=True)
 class Weak:
-    node: ast.Expr
+    node: syntax.Expr
     kind: str  # "int" | "float"
 
 
@@ -39,14 +38,14 @@ Typed = Union[Strong, Weak]
 POISON = Strong(-1, None)
 
 
-def weak_kind(node: ast.Expr) -> str:
-    if isinstance(node, ast.Num):
+def weak_kind(node: syntax.Expr) -> str:
+    if isinstance(node, syntax.Num):
         return "float" if node.is_float else "int"
-    if isinstance(node, ast.Name):
+    if isinstance(node, syntax.Name):
         return "float"
-    if isinstance(node, ast.Unary):
+    if isinstance(node, syntax.Unary):
         return weak_kind(node.operand)
-    assert isinstance(node, ast.Binary)
+    assert isinstance(node, syntax.Binary)
     return "float" if "float" in (weak_kind(node.left), weak_kind(node.right)) else "int"
 
 
@@ -117,18 +116,18 @@ class ExprChecker:
 
     def materialize(self, weak: Weak, to: ScalarType) -> Strong:
         node = weak.node
-        if isinstance(node, ast.Num):
+        if isinstance(node, syntax.Num):
             return self._literal(node, to, negate=False)
-        if isinstance(node, ast.Name):
+        if isinstance(node, syntax.Name):
             return self._float_const(FLOAT_CONSTANTS[node.id], to, node.loc)
-        if isinstance(node, ast.Unary):
-            if node.op == "-" and isinstance(node.operand, ast.Num):
+        if isinstance(node, syntax.Unary):
+            if node.op == "-" and isinstance(node.operand, syntax.Num):
                 return self._literal(node.operand, to, negate=True)
             inner = self.materialize(Weak(node.operand, weak.kind), to)
             if node.op == "+" or inner.type is None:
                 return inner
             return self.emit("neg", (inner.id,), to, node.loc)
-        assert isinstance(node, ast.Binary)
+        assert isinstance(node, syntax.Binary)
         if weak.kind == "int" and to.is_float:
             # `1 / 2` is integer arithmetic, as in C, before it meets a float.
             inner = self.materialize(weak, DEFAULT_INT)
@@ -139,8 +138,8 @@ class ExprChecker:
             return POISON
         return self.emit(ARITH_OPS[node.op], (left.id, right.id), to, node.loc)
 
-    def _literal(self, node: ast.Num, to: ScalarType, negate: bool) -> Strong:
-        value = float(node.text) if node.is_float else ast.parse_int(node.text)
+    def _literal(self, node: syntax.Num, to: ScalarType, negate: bool) -> Strong:
+        value = float(node.text) if node.is_float else syntax.parse_int(node.text)
         value = -value if negate else value
         if to.is_bool:
             return self.emit("const", (), BOOL, node.loc, bool(value))
@@ -174,20 +173,20 @@ class ExprChecker:
         return common
 
     # ---- expressions
-    def check(self, node: ast.Expr) -> Typed:
+    def check(self, node: syntax.Expr) -> Typed:
         method = getattr(self, "_" + type(node).__name__.lower())
         return method(node)
 
-    def _num(self, node: ast.Num) -> Typed:
+    def _num(self, node: syntax.Num) -> Typed:
         if node.is_float:
             if not math.isfinite(float(node.text)):
                 return self.error(node.loc, f"float literal {node.text} is out of range")
             return Weak(node, "float")
-        if ast.parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
+        if syntax.parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
             return self.error(node.loc, f"integer literal {node.text} is too large (more than 64 bits)")
         return Weak(node, "int")
 
-    def _name(self, node: ast.Name) -> Typed:
+    def _name(self, node: syntax.Name) -> Typed:
         found = self.lookup(node.id, node.loc)
         if found is not None:
             return found
@@ -197,7 +196,7 @@ class ExprChecker:
             return self.emit("const", (), BOOL, node.loc, BOOL_CONSTANTS[node.id])
         return self.error(node.loc, f"unknown name '{node.id}'")
 
-    def _unary(self, node: ast.Unary) -> Typed:
+    def _unary(self, node: syntax.Unary) -> Typed:
         operand = self.check(node.operand)
         if isinstance(operand, Weak):
             if node.op == "!":
@@ -213,7 +212,7 @@ class ExprChecker:
             return self.error(node.loc, f"unary '{node.op}' needs a number, got bool")
         return operand if node.op == "+" else self.emit("neg", (operand.id,), operand.type, node.loc)
 
-    def _binary(self, node: ast.Binary) -> Typed:
+    def _binary(self, node: syntax.Binary) -> Typed:
         left, right = self.check(node.left), self.check(node.right)
         if node.op in LOGIC_OPS:
             for side in (left, right):
@@ -251,11 +250,11 @@ class ExprChecker:
             return POISON
         return self.emit("select", (cond.id, a.id, b.id), common, loc)
 
-    def _ternary(self, node: ast.Ternary) -> Typed:
+    def _ternary(self, node: syntax.Ternary) -> Typed:
         return self._select(self.check(node.cond), self.check(node.then), self.check(node.other),
                             node.loc, "'? :'")
 
-    def _call(self, node: ast.Call) -> Typed:
+    def _call(self, node: syntax.Call) -> Typed:
         if node.func in self.stages:
             if self.stages[node.func] is None:  # it failed to check; already reported
                 return POISON
@@ -283,7 +282,7 @@ class ExprChecker:
             return self._select(*args, node.loc, "where()")
         return self._builtin(node, args, builtin.rule)
 
-    def _builtin(self, node: ast.Call, args: list[Typed], rule: str) -> Strong:
+    def _builtin(self, node: syntax.Call, args: list[Typed], rule: str) -> Strong:
         what = f"arguments of {node.func}()"
         common = args[0] if isinstance(args[0], Strong) else None
         common_type = common.type if common else default_type(args[0].kind)
@@ -308,7 +307,7 @@ class ExprChecker:
             return self.emit(node.func, (converted[0].id,), BOOL, node.loc)
         return self.emit(node.func, tuple(c.id for c in converted), common_type, node.loc)
 
-    def call_stage(self, node: ast.Call) -> list[Strong] | None:
+    def call_stage(self, node: syntax.Call) -> list[Strong] | None:
         """A call of a user stage: one "call" instruction per result."""
         stage = self.stages[node.func]
         if len(node.args) != len(stage.params):
@@ -327,19 +326,19 @@ class ExprChecker:
                 for k, (_, rtype) in enumerate(stage.results)]
 
 
-def resolve_type(ref: ast.TypeRef, diags: Diagnostics) -> ScalarType | None:
+def resolve_type(ref: syntax.TypeRef, diags: Diagnostics) -> ScalarType | None:
     found = BY_NAME.get(ref.name)
     if found is None:
         diags.error(ref.loc, f"unknown type '{ref.name}' (types: {', '.join(BY_NAME)})")
     return found
 
 
-def assigned_values(stmt: ast.Assign, exprs: ExprChecker) -> list[Typed]:
+def assigned_values(stmt: syntax.Assign, exprs: ExprChecker) -> list[Typed]:
     """Values for the targets of `a = e;` or `a, b = stage(...);` (POISON on error)."""
     n = len(stmt.targets)
     if n == 1:
         return [exprs.check(stmt.value)]
-    if not (isinstance(stmt.value, ast.Call) and stmt.value.func in exprs.stages):
+    if not (isinstance(stmt.value, syntax.Call) and stmt.value.func in exprs.stages):
         exprs.error(stmt.loc, f"{n} targets need a call of a stage with {n} results on the right")
         return [POISON] * n
     stage = exprs.stages[stmt.value.func]

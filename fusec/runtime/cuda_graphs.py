@@ -1,8 +1,8 @@
 """CUDA graphs: a pipeline's launches captured once per argument signature and replayed."""
 from __future__ import annotations
 
-from ..compiler import Compiled
-from .executor import Backend, Executor
+from fusec.compiler import Compiled
+from fusec.runtime.executor import Backend, Executor
 
 
 class GraphExecutor(Executor):

@@ -5,29 +5,29 @@ pipelines by `check_pipeline`.
 """
 from __future__ import annotations
 
-from .. import ast
-from ..errors import Diagnostics, Loc, Source
-from ..ir import BodyBuilder, Instr, Program, StageFn
-from ..types import ScalarType
-from .check_expr import ExprChecker, Strong, Typed, assigned_values, resolve_type
-from .check_pipeline import PipelineChecker
+from fusec.errors import Diagnostics, Loc, Source
+from fusec.frontend import syntax
+from fusec.frontend.check_expr import ExprChecker, Strong, Typed, assigned_values, resolve_type
+from fusec.frontend.check_pipeline import PipelineChecker
+from fusec.ir.program import BodyBuilder, Instr, Program, StageFn
+from fusec.types import ScalarType
 
 
-def check_program(module: ast.Module, source: Source) -> Program:
+def check_program(module: syntax.File, source: Source) -> Program:
     diags = Diagnostics()
-    seen: dict[str, ast.StageDef | ast.PipelineDef] = {}
+    seen: dict[str, syntax.StageDef | syntax.PipelineDef] = {}
     for decl in module.decls:
         if decl.name in seen:
             diags.error(decl.loc, f"'{decl.name}' is already defined (line {seen[decl.name].loc.line})")
         else:
             seen[decl.name] = decl
-    stage_defs = {d.name: d for d in module.decls if isinstance(d, ast.StageDef) and seen[d.name] is d}
+    stage_defs = {d.name: d for d in module.decls if isinstance(d, syntax.StageDef) and seen[d.name] is d}
     # A stage that failed to check maps to None, so that its callers stay quiet.
     stages: dict[str, StageFn | None] = dict.fromkeys(stage_defs)
     for name in _call_order(stage_defs, diags):
         stages[name] = _StageChecker(stage_defs[name], stages, diags).check()
     pipelines = [PipelineChecker(d, stages, diags).check()
-                 for d in module.decls if isinstance(d, ast.PipelineDef)]
+                 for d in module.decls if isinstance(d, syntax.PipelineDef)]
     if not pipelines and not diags.items:
         diags.error(Loc(1, 1), "no pipeline in this file; declare one with `pipeline NAME(...) { ... }`")
     diags.raise_if_any(source)
@@ -40,7 +40,7 @@ def _stage_calls(node) -> set[str]:
     stack = [node]
     while stack:
         item = stack.pop()
-        if isinstance(item, ast.Call):
+        if isinstance(item, syntax.Call):
             found.add(item.func)
         if isinstance(item, tuple):
             stack.extend(item)
@@ -49,7 +49,7 @@ def _stage_calls(node) -> set[str]:
     return found
 
 
-def _call_order(defs: dict[str, ast.StageDef], diags: Diagnostics) -> list[str]:
+def _call_order(defs: dict[str, syntax.StageDef], diags: Diagnostics) -> list[str]:
     """Stages, callees first; a stage in a call cycle is reported and dropped."""
     order: list[str] = []
     state: dict[str, str] = {}
@@ -74,7 +74,7 @@ def _call_order(defs: dict[str, ast.StageDef], diags: Diagnostics) -> list[str]:
 
 
 class _StageChecker:
-    def __init__(self, d: ast.StageDef, stages: dict[str, StageFn], diags: Diagnostics):
+    def __init__(self, d: syntax.StageDef, stages: dict[str, StageFn], diags: Diagnostics):
         self.d, self.diags = d, diags
         self.b = BodyBuilder()
         self.env: dict[str, Typed] = {}
@@ -104,9 +104,9 @@ class _StageChecker:
             if returned:
                 diags.error(stmt.loc, "statement after 'return'")
                 break
-            if isinstance(stmt, ast.Let):
+            if isinstance(stmt, syntax.Let):
                 self._bind(stmt.name, self.exprs.check(stmt.value), stmt.loc)
-            elif isinstance(stmt, ast.Return):
+            elif isinstance(stmt, syntax.Return):
                 returned = True
                 if d.named_results:
                     diags.error(stmt.loc, f"stage '{d.name}' has named results; assign them instead of 'return'")
@@ -128,7 +128,7 @@ class _StageChecker:
             return None
         return StageFn(d.name, tuple(params), tuple(results.items()), self.b.build(ids), loc=d.loc)
 
-    def _scalar_decl(self, p: ast.Param, what: str) -> ScalarType | None:
+    def _scalar_decl(self, p: syntax.Param, what: str) -> ScalarType | None:
         if p.inout:
             self.diags.error(p.loc, f"'inout' is for pipeline arrays, not a {what}")
         if p.type.dims is not None:
@@ -141,7 +141,7 @@ class _StageChecker:
         else:
             self.env[name] = value
 
-    def _assign(self, stmt: ast.Assign, results: dict[str, ScalarType], assigned: dict[str, Typed]) -> None:
+    def _assign(self, stmt: syntax.Assign, results: dict[str, ScalarType], assigned: dict[str, Typed]) -> None:
         if not self.d.named_results:
             self.diags.error(stmt.loc, f"stage '{self.d.name}' returns one value: use 'let' for locals "
                                        "and 'return' for the result")

@@ -8,8 +8,8 @@ bf16 computed in f32 and rounded at each stage's store.
 """
 from __future__ import annotations
 
-from .plan import StageGraph
-from .types import ScalarType
+from fusec.ir.stages import StageGraph
+from fusec.types import ScalarType
 
 
 class Unsupported(Exception):
@@ -45,7 +45,7 @@ class XpOps:
         self.erf = erf
 
     def dtype(self, t: ScalarType):
-        from .bind import numpy_dtype
+        from fusec.runtime.binder import numpy_dtype
         return numpy_dtype(t)
 
     def load(self, a, t: ScalarType):

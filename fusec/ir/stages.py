@@ -1,0 +1,89 @@
+"""The stage graph: the IR after lowering (`passes.lower`).
+
+One `Stage` per pipeline statement over SSA `Value`s, each stage body inlined
+into one instruction list whose "load"s name values; `repeat` blocks as
+`Loop`s. The fusion pass partitions it into kernels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.errors import Loc, loc_field
+from fusec.ir.program import Body, Shape
+from fusec.types import ScalarType
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """One SSA version of a pipeline slot. `shape` is None for a scalar."""
+
+    name: str       # unique: "h", "h.1", ...
+    buffer: str     # the slot whose memory holds it
+    type: ScalarType
+    shape: Shape | None
+    role: str       # the slot's role: "in", "inout", "out", "temp", "scalar"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    shape: Shape                  # iteration space
+    body: Body                    # no "call"; "load" attr names a Value
+    outputs: tuple[str, ...]      # the Value each body result is stored as
+    loc: Loc = loc_field()
+
+    def reads(self) -> set[str]:
+        return {i.attr for i in self.body.instrs if i.op == "load"}
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """`repeat count { ... }`: stages [start, stop) run `count` times (a literal,
+    or the name of an integer scalar parameter).
+
+    carried: (loop value, exit value) per slot the body assigns that existed
+    before it. The body reads the loop value; an iteration ends with the exit
+    value in the slot's buffer; after the loop the slot's value is the loop value.
+    """
+
+    count: int | str
+    start: int
+    stop: int
+    carried: tuple[tuple[str, str], ...]
+    entries: tuple[str, ...] = ()   # each carried slot's value when the loop starts
+    loc: Loc = loc_field()
+
+
+@dataclass(frozen=True, slots=True)
+class StageGraph:
+    pipeline: str
+    values: tuple[Value, ...]
+    stages: tuple[Stage, ...]
+    results: tuple[str, ...]      # values that must reach memory: final versions of inout/out slots
+    loops: tuple[Loop, ...] = ()
+    # Also must reach memory: what a loop reads from its slots' buffers when it starts.
+    loop_inputs: tuple[str, ...] = ()
+
+    def loop_of(self, stage_index: int) -> int:
+        """Which loop a stage is in (-1: none)."""
+        return next((k for k, loop in enumerate(self.loops) if loop.start <= stage_index < loop.stop), -1)
+
+    def value(self, name: str) -> Value:
+        return _by_name(self.values, name)
+
+
+def _by_name(items, name):
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Why a stage joined a kernel, or why it did not join a candidate."""
+
+    stage: str
+    kernel: int
+    merged: bool
+    reason: str
