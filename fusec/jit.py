@@ -13,49 +13,83 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source, load
 from fusec.frontend.trace import signature_of, trace_source
 from fusec.ir.program import Program
-from fusec.passes.fusion import DEFAULT_MAX_REGS
+from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
-_OPTIONS = ("fuse", "backend", "max_regs", "arch", "pipeline", "graph", "persistent")
 
 
-def jit(x=None, /, **options):
-    """Compile a .fz file, .fz source, or (as a decorator) a Python function."""
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        raise TypeError(f"fusec.jit() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                        f"(options: {', '.join(_OPTIONS)})")
-    if x is None:
-        return lambda fn: jit(fn, **options)
-    if callable(x):
-        return TracedFunction(x, **options)
-    if not isinstance(x, str):
-        raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(x).__name__}")
-    program = load(x)
-    name = options.pop("pipeline", None)
+@dataclass(frozen=True, slots=True)
+class JitOptions:
+    """`fusec.jit`'s options, checked as the command line checks its own."""
+
+    fuse: bool = True
+    backend: str = "auto"
+    max_regs: int | None = None
+    arch: str | None = None
+    graph: bool = False
+    persistent: bool = False
+
+    def __post_init__(self):
+        for name in ("fuse", "graph", "persistent"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"fusec.jit(): {name}= takes True or False, got {getattr(self, name)!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"fusec.jit(): backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        for name, check in (("max_regs", check_max_regs), ("arch", check_arch)):
+            if getattr(self, name) is not None:
+                try:
+                    check(getattr(self, name))
+                except ValueError as exc:
+                    raise ValueError(f"fusec.jit(): {name}= {exc}") from None
+
+
+def jit(source=None, /, *, fuse: bool = True, backend: str = "auto", max_regs: int | None = None,
+        arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False):
+    """Compile a .fz file (a path), .fz source text, or (as a decorator) a Python function.
+
+    fuse: fused kernels (False: one kernel per statement). backend: "auto",
+    "cuda", "sim" or "numpy". max_regs: the fusion's register budget (default:
+    half occupancy on `arch`). arch: the target, e.g. "sm_90" (default: the
+    device's, or sm_90 without one). pipeline: which pipeline of a file with
+    several. graph: replay CUDA graphs. persistent: grid-stride kernels.
+    """
+    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent)
+    if source is None:
+        return lambda fn: _jit(fn, options, pipeline)
+    return _jit(source, options, pipeline)
+
+
+def _jit(source, options: JitOptions, pipeline: str | None):
+    if callable(source):
+        return TracedFunction(source, options)
+    if not isinstance(source, str):
+        raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(source).__name__}")
+    program = load(source)
     names = [p.name for p in program.pipelines]
-    if name is not None:
-        if name not in names:
-            raise ValueError(f"no pipeline named {name!r} (pipelines: {', '.join(names)})")
-        return JitPipeline(program, name, **options)
+    if pipeline is not None:
+        if pipeline not in names:
+            raise ValueError(f"no pipeline named {pipeline!r} (pipelines: {', '.join(names)})")
+        return JitPipeline(program, pipeline, options)
     if len(names) == 1:
-        return JitPipeline(program, names[0], **options)
-    return JitModule(program, **options)
+        return JitPipeline(program, names[0], options)
+    return JitModule(program, options)
 
 
 class JitModule:
     """A .fz file with several pipelines: one attribute each."""
 
-    def __init__(self, program: Program, **options):
+    def __init__(self, program: Program, options: JitOptions = JitOptions()):
         self.program = program
         for p in program.pipelines:
-            setattr(self, p.name, JitPipeline(program, p.name, **options))
+            setattr(self, p.name, JitPipeline(program, p.name, options))
 
     def __repr__(self) -> str:
         return f"<fusec module: {', '.join(p.name for p in self.program.pipelines)}>"
@@ -65,34 +99,41 @@ class JitPipeline:
     """One compiled pipeline. Call it with its parameters in declaration order
     (or by name); it returns its outputs and updates `inout` arrays in place."""
 
-    def __init__(self, program: Program, name: str, *, fuse: bool = True, backend: str = "auto",
-                 max_regs: int = DEFAULT_MAX_REGS, arch: str | None = None, graph: bool = False,
-                 persistent: bool = False):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-        self.program, self.name = program, name
-        self.fuse, self.max_regs, self.arch, self.graph = bool(fuse), max_regs, arch, bool(graph)
-        self.persistent = bool(persistent)
-        self.backend = _resolve_backend(backend)
-        if self.graph and self.backend != "cuda":
+    def __init__(self, program: Program, name: str, options: JitOptions = JitOptions()):
+        self.program, self.name, self.options = program, name, options
+        self.backend = _resolve_backend(options.backend)
+        if options.graph and self.backend != "cuda":
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
 
     def __repr__(self) -> str:
-        form = ("fused" if self.fuse else "unfused") + (", graph" if self.graph else "")
+        form = ("fused" if self.options.fuse else "unfused") + (", graph" if self.options.graph else "")
         return f"<fusec pipeline {self.name} ({form}, {self.backend})>"
 
     @functools.cached_property
+    def arch(self) -> str:
+        """The target: as given, else the device's (cuda backend), else the default."""
+        if self.options.arch is not None:
+            return self.options.arch
+        if self.backend == "cuda":
+            from fusec.runtime.backends.cuda import device_arch
+            return device_arch()
+        return DEFAULT_ARCH
+
+    def compile_options(self, **changes) -> CompileOptions:
+        o = self.options
+        return CompileOptions(**{"fuse": o.fuse, "max_regs": o.max_regs, "arch": self.arch,
+                                 "persistent": o.persistent, **changes})
+
+    @functools.cached_property
     def compiled(self) -> Compiled:
-        options = CompileOptions(fuse=self.fuse, max_regs=self.max_regs, persistent=self.persistent)
-        return compile_pipeline(self.program, self.name, options)
+        return compile_pipeline(self.program, self.name, self.compile_options())
 
     @functools.cached_property
     def unfused(self) -> "JitPipeline":
         """The same pipeline, one kernel per stage."""
-        if not self.fuse:
+        if not self.options.fuse:
             return self
-        return JitPipeline(self.program, self.name, fuse=False, backend=self.backend, max_regs=self.max_regs,
-                        arch=self.arch, graph=self.graph, persistent=self.persistent)
+        return JitPipeline(self.program, self.name, replace(self.options, fuse=False))
 
     @property
     def cuda_source(self) -> str:
@@ -100,26 +141,23 @@ class JitPipeline:
 
     def report(self) -> list[dict]:
         from fusec.report import report
-        rows = report(self.compiled)
         backend = getattr(self.__dict__.get("_runner"), "backend", None)
-        if hasattr(backend, "attributes"):  # compiled: the kernels' real registers and local memory
-            for row in rows:
-                row.update(backend.attributes(row["name"]))
-        return rows
+        return report(self.compiled.interface, backend)
 
     @functools.cached_property
     def _runner(self):
         if self.backend == "numpy":
             from fusec.reference import Interpreter
             return functools.partial(Interpreter(self.program).run, self.name)
+        interface = self.compiled.interface
         from fusec.runtime.executor import Executor
         if self.backend == "sim":
             from fusec.runtime.backends.sim import SimBackend
-            return Executor(self.compiled, SimBackend(self.compiled))
+            return Executor(interface, SimBackend(self.compiled.cuda, interface))
         from fusec.runtime.backends.cuda import CudaBackend
         from fusec.runtime.cuda_graphs import GraphExecutor
-        executor = GraphExecutor if self.graph else Executor
-        return executor(self.compiled, CudaBackend(self.compiled, arch=self.arch))
+        executor = GraphExecutor if self.options.graph else Executor
+        return executor(interface, CudaBackend(self.compiled.cuda, interface, arch=self.arch))
 
     def __call__(self, *args, **kwargs):
         return self._runner(*args, **kwargs)
@@ -132,41 +170,30 @@ class JitPipeline:
 
     @functools.cached_property
     def _foreach_runner(self):
-        if self.backend == "numpy":
-            return _ReferenceForeach(self)
+        from fusec.passes.plan import PlanError
         from fusec.runtime.foreach import MultiTensorExecutor
-        compiled = compile_pipeline(self.program, self.name, CompileOptions(max_regs=self.max_regs, multi_tensor=True))
+        try:
+            compiled = compile_pipeline(self.program, self.name, self.compile_options(multi_tensor=True))
+        except PlanError as exc:
+            raise ValueError(str(exc)) from None
+        if self.backend == "numpy":
+            from fusec.reference import Interpreter
+            return SimpleNamespace(foreach=functools.partial(Interpreter(self.program).foreach, self.name))
+        interface = compiled.interface
         if self.backend == "sim":
             from fusec.runtime.backends.sim import SimBackend
-            return MultiTensorExecutor(compiled, SimBackend(compiled))
+            return MultiTensorExecutor(interface, SimBackend(compiled.cuda, interface))
         from fusec.runtime.backends.cuda import CudaBackend
-        return MultiTensorExecutor(compiled, CudaBackend(compiled, arch=self.arch))
-
-
-class _ReferenceForeach:
-    """foreach on the numpy backend: the reference, once per set."""
-
-    def __init__(self, pipeline: JitPipeline):
-        self.pipeline = pipeline
-
-    def foreach(self, sets, *scalars, **named_scalars) -> list:
-        from fusec.errors import ArgumentError
-        if not isinstance(sets, (list, tuple)) or not sets:
-            raise ArgumentError("foreach takes a non-empty list of argument sets, one tuple of arrays each")
-        params = self.pipeline.program.pipeline(self.pipeline.name).params
-        results = []
-        for arrays in sets:
-            given, positional = iter(arrays), iter(scalars)
-            args = [next(given) if p.shape is not None else named_scalars.get(p.name) if p.name in named_scalars
-                    else next(positional) for p in params]
-            results.append(self.pipeline(*args))
-        return results
+        return MultiTensorExecutor(interface, CudaBackend(compiled.cuda, interface, arch=self.arch))
 
 
 def _resolve_backend(backend: str) -> str:
+    from fusec.runtime.backends.cuda import available
+    if backend == "cuda" and not available():
+        raise RuntimeError("backend='cuda' needs CuPy and a CUDA device, and none was found "
+                           "(pip install 'fusec[cuda12]' or '[cuda13]'; or use backend='sim' or 'numpy')")
     if backend != "auto":
         return backend
-    from fusec.runtime.backends.cuda import available
     if available():
         return "cuda"
     warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
@@ -177,7 +204,7 @@ def _resolve_backend(backend: str) -> str:
 class TracedFunction:
     """A Python function (`@fusec.jit`), traced and compiled once per argument signature."""
 
-    def __init__(self, fn, **options):
+    def __init__(self, fn, options: JitOptions = JitOptions()):
         self.fn = fn
         self.options = options
         self.signature = inspect.signature(fn)
@@ -202,4 +229,4 @@ class TracedFunction:
     def _compile(self, names: list[str], key: tuple) -> JitPipeline:
         text = trace_source(self.fn, names, key)
         program = check_source(Source(f"<traced {self.__name__}>", text))
-        return JitPipeline(program, program.pipelines[0].name, **self.options)
+        return JitPipeline(program, program.pipelines[0].name, self.options)

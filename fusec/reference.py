@@ -8,18 +8,29 @@ to even. It shares no code with lowering, fusion or emission.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from fusec.errors import ArgumentError
+from fusec.ir.launch import call_signature
 from fusec.ir.program import Apply, Body, Pipeline, Program, Repeat
-from fusec.runtime.binder import bind_dims, check_scalar, concrete, numpy_dtype, split_args
+from fusec.runtime.binder import Binder, concrete
+from fusec.runtime.host_arrays import HostArrays
 from fusec.types import INT_RANGE, ScalarType
 
 
+def numpy_dtype(t: ScalarType) -> np.dtype:
+    return t.numpy_dtype
+
+
 def compute_dtype(t: ScalarType) -> np.dtype:
-    return numpy_dtype(t.compute)
+    return t.compute.numpy_dtype
+
+
+@functools.lru_cache(maxsize=64)
+def _binder(program: Program, name: str) -> Binder:
+    return Binder(call_signature(program.pipeline(name)), HostArrays("the numpy backend"))
 
 
 def _int_div(a, b):
@@ -148,34 +159,43 @@ class Interpreter:
         self.program = program
 
     def run(self, name: str, *args, **kwargs):
-        """Runs pipeline `name` on NumPy arrays; returns its outputs (one array or a tuple)."""
+        """Runs pipeline `name` on NumPy arrays; returns its outputs (one array or a tuple).
+        The call is checked by the binder every backend shares."""
         pipeline = self.program.pipeline(name)
-        values = split_args(pipeline, args, kwargs)
+        call = _binder(self.program, name).bind(args, kwargs)
+        outputs = call.outputs or [np.empty(concrete(o.shape, call.dims), numpy_dtype(o.type))
+                                   for o in pipeline.outputs]
+        self.execute(pipeline, call.values, outputs, call.dims)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
+
+    def execute(self, pipeline: Pipeline, values: list, outputs: list, dims: dict) -> None:
+        """Runs `pipeline` on checked values (one per parameter, scalars as Python
+        numbers), writing `outputs` and the inout arrays in place."""
         store: dict[str, object] = {}
         for p, value in zip(pipeline.params, values):
-            if p.is_array:
-                if not isinstance(value, np.ndarray):
-                    raise ArgumentError(f"parameter '{p.name}': expected a NumPy array, got {type(value).__name__}")
-                if value.dtype != numpy_dtype(p.type):
-                    raise ArgumentError(f"parameter '{p.name}': expected dtype {p.type} "
-                                        f"({numpy_dtype(p.type)}), got {value.dtype}")
-                store[p.name] = value
-            else:
-                store[p.name] = np.asarray(check_scalar(p, value), compute_dtype(p.type))
-        dims = bind_dims(pipeline, {p.name: store[p.name].shape for p in pipeline.params if p.is_array})
-        for out in pipeline.outputs:
-            store[out.name] = np.empty(concrete(out.shape, dims), numpy_dtype(out.type))
+            store[p.name] = value if p.is_array else np.asarray(value, compute_dtype(p.type))
+        for out, array in zip(pipeline.outputs, outputs):
+            store[out.name] = array
         with np.errstate(all="ignore"):
             self._stmts(pipeline, pipeline.body, store, dims)
-        outputs = tuple(store[o.name] for o in pipeline.outputs)
-        return outputs[0] if len(outputs) == 1 else outputs if outputs else None
+
+    def foreach(self, name: str, sets, *scalars, **named_scalars) -> list:
+        """The pipeline over each set of arrays (`JitPipeline.foreach` on the numpy
+        backend), checked as every backend checks a foreach call."""
+        from fusec.runtime.foreach import SetBinder
+        pipeline = self.program.pipeline(name)
+        scalar_values, calls = SetBinder(_binder(self.program, name)).bind(sets, scalars, named_scalars)
+        results = []
+        for call in calls:
+            outputs = [np.empty(concrete(o.shape, call.dims), numpy_dtype(o.type)) for o in pipeline.outputs]
+            self.execute(pipeline, call.values, outputs, call.dims)
+            results.append(outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None)
+        return results
 
     def _stmts(self, pipeline: Pipeline, stmts, store: dict, dims: dict) -> None:
         for stmt in stmts:
             if isinstance(stmt, Repeat):
                 count = stmt.count if isinstance(stmt.count, int) else int(store[stmt.count])
-                if count < 0:
-                    raise ArgumentError(f"repeat count '{stmt.count}' is negative ({count})")
                 for _ in range(count):
                     self._stmts(pipeline, stmt.body, store, dims)
             else:

@@ -1,23 +1,74 @@
-"""What the compiler decided, for people: the JSON report, the table, the IR dump."""
+"""What the compiler decided, for people: the JSON report, the table, the IR dump.
+
+The report reads the launch interface alone: one entry per kernel, listing
+exactly the variants the module emits, each with its own register estimate
+(and, once a backend has loaded them, what the compiled functions really use).
+"""
 from __future__ import annotations
 
-from fusec.compiler import Compiled
-from fusec.ir.kernels import Kernel
+from fusec.ir.launch import (
+    DeviceFillGrid,
+    ElementGrid,
+    Elementwise,
+    GridStride,
+    KernelLaunch,
+    LaunchInterface,
+    MultiTensor,
+    RegisterLoop,
+    WorkItemGrid,
+    unhandled,
+)
 from fusec.ir.program import fmt_shape
 
 
-def kernel_report(compiled: Compiled, kernel: Kernel) -> dict:
-    """One kernel: its stages, the register estimate, traffic per element, and why it was formed."""
+def form_name(launch: KernelLaunch) -> str:
+    match launch.form:
+        case Elementwise():
+            return "elementwise"
+        case GridStride():
+            return "grid_stride"
+        case RegisterLoop(count):
+            return f"register_loop ({count if isinstance(count, int) else 'a count given at call time'} times)"
+        case MultiTensor():
+            return "multi_tensor"
+        case form:
+            unhandled(form)
+
+
+def _grid_name(grid) -> str:
+    match grid:
+        case ElementGrid():
+            return "elements"
+        case DeviceFillGrid():
+            return "device_fill"
+        case WorkItemGrid():
+            return "work_items"
+        case _:
+            unhandled(grid)
+
+
+def kernel_report(interface: LaunchInterface, launch: KernelLaunch, backend=None) -> dict:
+    """One kernel: its form, its variants, traffic per element, and why it was formed."""
+    kernel = launch.kernel
+    slots = interface.signature.slot_names
+    variants = []
+    for v in launch.variants:
+        entry = {"name": v.name, "elements_per_thread": v.elements_per_thread, "grid": _grid_name(v.grid),
+                 "est_regs": v.est_regs, "alignment": {slots[slot]: size for slot, size in v.alignment}}
+        if hasattr(backend, "attributes"):  # compiled: the function's real registers and local memory
+            entry.update(backend.attributes(v.name))
+        variants.append(entry)
     return {
-        "pipeline": compiled.plan.pipeline,
+        "pipeline": interface.pipeline,
         "name": kernel.name,
-        "form": "fused" if compiled.plan.fused else "unfused",
+        "module": "fused" if interface.fused else "unfused",
+        "form": form_name(launch),
         "stages": list(kernel.stages),
         "iteration_space": fmt_shape(kernel.shape),
-        "est_regs": kernel.est_regs,
-        "variants": [kernel.name, f"{kernel.name}_v{kernel.vector}"],
-        "vector_elements": kernel.vector,
-        "max_regs": compiled.plan.max_regs,
+        "est_regs": launch.variants[0].est_regs,  # of the variant tried first
+        "variants": variants,
+        "max_regs": interface.max_regs,
+        "arch": interface.arch,
         # Minimum traffic per element of the iteration space; a broadcast operand
         # is re-read from cache, so it is listed apart and not counted.
         "bytes_read": sum(a.type.itemsize for a in kernel.loads if a.contiguous),
@@ -29,19 +80,31 @@ def kernel_report(compiled: Compiled, kernel: Kernel) -> dict:
     }
 
 
-def report(compiled: Compiled) -> list[dict]:
-    return [kernel_report(compiled, k) for k in compiled.plan.kernels]
+def report(interface: LaunchInterface, backend=None) -> list[dict]:
+    rows = [kernel_report(interface, k, backend) for k in interface.kernels]
+    if rows and interface.notes:  # decisions about no kernel (a dropped statement), with the first
+        rows[0]["fusion"] = [f"{d.stage}: {d.reason}" for d in interface.notes] + rows[0]["fusion"]
+    return rows
 
 
-def traffic(compiled: Compiled) -> int:
-    """Bytes per element summed over the kernels (exact when they share one iteration space)."""
-    return sum(r["bytes_read"] + r["bytes_written"] for r in report(compiled))
+def traffic(interface: LaunchInterface) -> int:
+    """Bytes per element of the pipeline's widest iteration space: the kernels over
+    that space (a kernel over a smaller one, such as a per-column producer,
+    moves a vanishing share per element and is not counted)."""
+    widest = _widest(interface)
+    return sum(r["bytes_read"] + r["bytes_written"] for r, k in zip(report(interface), interface.kernels)
+               if k.kernel.shape == widest)
 
 
-def table(fused: Compiled, unfused: Compiled) -> str:
+def _widest(interface: LaunchInterface):
+    shapes = [k.kernel.shape for k in interface.kernels]
+    return max(shapes, key=len, default=())
+
+
+def table(fused: LaunchInterface, unfused: LaunchInterface) -> str:
     rows = report(fused)
-    lines = [f"pipeline {fused.plan.pipeline}: {len(rows)} kernel{'s' if len(rows) != 1 else ''} fused, "
-             f"{len(unfused.plan.kernels)} unfused"]
+    lines = [f"pipeline {fused.pipeline}: {len(rows)} kernel{'s' if len(rows) != 1 else ''} fused, "
+             f"{len(unfused.kernels)} unfused"]
     header = ("kernel", "stages", "regs", "read B/el", "written B/el")
     body = [(r["name"], ", ".join(r["stages"]), f"{r['est_regs']}/{r['max_regs']}", str(r["bytes_read"]),
              str(r["bytes_written"])) for r in rows]
@@ -52,13 +115,16 @@ def table(fused: Compiled, unfused: Compiled) -> str:
     fused_bytes, unfused_bytes = traffic(fused), traffic(unfused)
     ratio = f"{unfused_bytes / fused_bytes:.2f}x less" if fused_bytes else "no traffic"
     lines.append(f"  traffic: {fused_bytes} B/element fused, {unfused_bytes} B/element unfused ({ratio})")
+    smaller = [k.name for k in fused.kernels if k.kernel.shape != _widest(fused)]
+    if smaller:
+        lines.append(f"  not counted per element (over a smaller iteration space): {', '.join(smaller)}")
     lines.append("  fusion decisions:")
     lines += [f"    {line}" for r in rows for line in r["fusion"]]
     return "\n".join(lines)
 
 
-def format_ir(compiled: Compiled) -> str:
-    """The stage graph and the partition, as text (`fusec compile --emit ir`)."""
+def format_ir(compiled) -> str:
+    """The stage graph and the kernels, as text (`fusec compile --emit ir`)."""
     g = compiled.graph
     out = [f"pipeline {g.pipeline}"]
     for v in g.values:
@@ -76,8 +142,9 @@ def format_ir(compiled: Compiled) -> str:
         carried = ", ".join(f"{lv} <- {ev}" for lv, ev in loop.carried)
         out.append(f"  repeat {loop.count}: {body}; carries {carried or '(nothing)'}")
     out.append(f"  results {', '.join(g.results) or '(none)'}")
-    for kernel in compiled.plan.kernels:
-        stored = ", ".join(a.value for a, _ in kernel.stores)
-        loop = f"; iterates {kernel.count} times in registers" if kernel.count is not None else ""
-        out.append(f"  kernel {kernel.name}: {', '.join(kernel.stages)}; stores {stored or '(nothing)'}{loop}")
+    for launch in compiled.interface.kernels:
+        stored = ", ".join(a.value for a, _ in launch.kernel.stores)
+        variants = ", ".join(v.name for v in launch.variants)
+        out.append(f"  kernel {launch.name}: {', '.join(launch.kernel.stages)}; stores {stored or '(nothing)'}; "
+                   f"{form_name(launch)}; variants {variants}")
     return "\n".join(out) + "\n"

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class ScalarType:
+    """A .fz scalar type and its names in every language fusec talks to (the one table)."""
+
     name: str
     kind: str  # "bool" | "int" | "uint" | "float"
     bits: int
+    c: str       # the C/CUDA type a value is stored as
+    numpy: str   # NumPy's dtype name (bf16: ml_dtypes' bfloat16)
+    ctypes: str  # the ctypes type of a host scalar of this type
+    torch: str   # the torch dtype's name
 
     @property
     def is_float(self) -> bool:
@@ -41,17 +49,33 @@ class ScalarType:
         """32-bit registers a value of this type occupies while computed."""
         return 2 if self.compute.bits == 64 else 1
 
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        if self.name == "bf16":
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.numpy)
+
     def __str__(self) -> str:
         return self.name
 
 
-BOOL = ScalarType("bool", "bool", 8)
-I8, I16, I32, I64 = (ScalarType(f"i{b}", "int", b) for b in (8, 16, 32, 64))
-U8, U16, U32, U64 = (ScalarType(f"u{b}", "uint", b) for b in (8, 16, 32, 64))
-F16 = ScalarType("f16", "float", 16)
-BF16 = ScalarType("bf16", "float", 16)
-F32 = ScalarType("f32", "float", 32)
-F64 = ScalarType("f64", "float", 64)
+def _int(kind: str, bits: int) -> ScalarType:
+    signed = kind == "int"
+    c = {8: "signed char" if signed else "unsigned char", 16: "short", 32: "int", 64: "long long"}[bits]
+    if not signed and bits > 8:
+        c = "unsigned " + c
+    numpy = f"{'int' if signed else 'uint'}{bits}"
+    return ScalarType(f"{'i' if signed else 'u'}{bits}", kind, bits, c, numpy, f"c_{numpy}", numpy)
+
+
+BOOL = ScalarType("bool", "bool", 8, "bool", "bool", "c_bool", "bool")
+I8, I16, I32, I64 = (_int("int", b) for b in (8, 16, 32, 64))
+U8, U16, U32, U64 = (_int("uint", b) for b in (8, 16, 32, 64))
+F16 = ScalarType("f16", "float", 16, "__half", "float16", "c_float", "float16")  # a host scalar is passed as float
+BF16 = ScalarType("bf16", "float", 16, "__nv_bfloat16", "bfloat16", "c_float", "bfloat16")
+F32 = ScalarType("f32", "float", 32, "float", "float32", "c_float", "float32")
+F64 = ScalarType("f64", "float", 64, "double", "float64", "c_double", "float64")
 
 ALL = (BOOL, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64)
 BY_NAME = {t.name: t for t in ALL}
@@ -101,3 +125,11 @@ def can_convert(src: ScalarType, dst: ScalarType) -> bool:
     if dst.is_bool:
         return src.is_bool
     return order[src.kind] <= order[dst.kind]
+
+
+_BY_DTYPE_NAME = {t.numpy: t for t in ALL} | {t.torch: t for t in ALL}
+
+
+def from_dtype(dtype) -> ScalarType | None:
+    """The .fz type of a NumPy, CuPy, ml_dtypes or torch dtype (None: none matches)."""
+    return _BY_DTYPE_NAME.get(str(dtype).removeprefix("torch."))

@@ -6,7 +6,6 @@ import numpy as np
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.runtime.binder import numpy_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted((ROOT / "examples").glob("*.fz")) + sorted((ROOT / "tests" / "programs").glob("*.fz"))
@@ -42,7 +41,7 @@ def random_args(pipeline, size: int, seed: int = 0):
             args.append(3 if p.type.is_int else True if p.type.is_bool else 0.7)
             continue
         shape = tuple(d if isinstance(d, int) else dims[d] for d in p.shape)
-        dtype = numpy_dtype(p.type)
+        dtype = p.type.numpy_dtype
         if p.type.is_bool:
             args.append(rng.random(shape) < 0.5)
         elif p.type.is_int:

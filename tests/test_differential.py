@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.jit import JitPipeline
+from fusec.jit import JitOptions, JitPipeline
 from fusec.reference import run as reference
 
 pytestmark = pytest.mark.sim
@@ -78,7 +78,7 @@ def assert_sim_equals_reference(source: str, seed: int) -> None:
     program = check_source(Source("random.fz", source))
     expected = reference(program, "p", *arguments(seed))
     for fuse in (True, False):
-        got = JitPipeline(program, "p", fuse=fuse, backend="sim")(*arguments(seed))
+        got = JitPipeline(program, "p", JitOptions(fuse=fuse, backend="sim"))(*arguments(seed))
         for g, e in zip(got, expected):
             assert g.dtype == e.dtype
             np.testing.assert_array_equal(g, e, err_msg=f"fuse={fuse}\n{source}")
@@ -117,7 +117,7 @@ def test_broadcasting_mixed_types_and_inout_exactly(source, seed, shape):
     expected = reference(program, "p", *expected_args)
     for fuse in (True, False):
         args = broadcast_arguments(seed, *shape)
-        got = JitPipeline(program, "p", fuse=fuse, backend="sim")(*args)
+        got = JitPipeline(program, "p", JitOptions(fuse=fuse, backend="sim"))(*args)
         for g, e in list(zip(got, expected)) + [(args[4], expected_args[4])]:
             assert g.dtype == e.dtype and g.shape == e.shape
             np.testing.assert_array_equal(g.astype(np.float64), e.astype(np.float64),

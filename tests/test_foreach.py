@@ -147,7 +147,7 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
     call per set, outputs and inout arrays both."""
     from helpers import random_args
 
-    from fusec.jit import JitPipeline
+    from fusec.jit import JitOptions, JitPipeline
     pipeline = program.pipeline(name)
     arrays = [i for i, p in enumerate(pipeline.params) if p.shape is not None]
     sets, per_call = [], []
@@ -158,7 +158,7 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
         sets.append(args)
         per_call.append([a.copy() if i in arrays else a for i, a in enumerate(args)])
     scalars = [a for i, a in enumerate(sets[0]) if i not in arrays]
-    f = JitPipeline(program, name, backend="sim")
+    f = JitPipeline(program, name, JitOptions(backend="sim"))
     results = f.foreach([tuple(args[i] for i in arrays) for args in sets], *scalars)
     for args, expected_args, result in zip(sets, per_call, results):
         expected = f(*expected_args)

@@ -5,9 +5,14 @@ import pytest
 from helpers import ROOT, load_program, pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.ir.launch import Elementwise, RegisterLoop
 from fusec.ir.program import walk_applies
 
 PIPELINES = pipelines()
+
+
+def kernels(c):
+    return [launch.kernel for launch in c.interface.kernels]
 
 
 def compiled(path, name=None, **options):
@@ -18,13 +23,13 @@ def compiled(path, name=None, **options):
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_unfused_form_has_one_kernel_per_statement(ident, program, name):
     c = compile_pipeline(program, name, CompileOptions(fuse=False))
-    assert len(c.plan.kernels) == len(list(walk_applies(program.pipeline(name).body)))
-    assert all(len(k.stages) == 1 for k in c.plan.kernels)
+    assert len(kernels(c)) == len(list(walk_applies(program.pipeline(name).body)))
+    assert all(len(k.stages) == 1 for k in kernels(c))
 
 
 def test_seed_chain_fuses_to_one_kernel_keeping_intermediates_in_registers():
     c = compiled("examples/scale_bias_relu.fz")
-    (kernel,) = c.plan.kernels
+    (kernel,) = kernels(c)
     assert kernel.stages == ("scale", "bias", "relu")
     assert [a.buffer for a in kernel.loads] == ["x"] and [a.buffer for a, _ in kernel.stores] == ["y"]
     assert " t[" not in c.cuda and " u[" not in c.cuda and "float* __restrict__ t" not in c.cuda
@@ -33,27 +38,27 @@ def test_seed_chain_fuses_to_one_kernel_keeping_intermediates_in_registers():
 def test_every_example_fuses_to_one_kernel():
     for path in sorted((ROOT / "examples").glob("*.fz")):
         c = compiled(path.relative_to(ROOT))
-        assert len(c.plan.kernels) == 1, path.name
+        assert len(kernels(c)) == 1, path.name
 
 
 def test_different_iteration_spaces_do_not_fuse():
     c = compiled("tests/programs/shapes.fz", "colscale")
-    assert [k.stages for k in c.plan.kernels] == [("w2",), ("y",)]
-    assert "iteration space [rows, cols] differs from [cols]" in c.plan.kernels[1].decisions[0].reason
+    assert [k.stages for k in kernels(c)] == [("w2",), ("y",)]
+    assert "iteration space [rows, cols] differs from [cols]" in kernels(c)[1].decisions[0].reason
     # w2 crosses kernels, so it is written by one and read (broadcast) by the other.
-    assert [a.buffer for a, _ in c.plan.kernels[0].stores] == ["w2"]
-    assert not c.plan.kernels[1].loads[1].contiguous
+    assert [a.buffer for a, _ in kernels(c)[0].stores] == ["w2"]
+    assert not kernels(c)[1].loads[1].contiguous
 
 
 def test_sibling_stages_fuse_across_an_independent_kernel():
     c = compiled("tests/programs/shapes.fz", "siblings")
-    assert [k.stages for k in c.plan.kernels] == [("p", "r"), ("q",)]
-    assert any("sibling: shares input a" in d.reason for d in c.plan.kernels[0].decisions)
+    assert [k.stages for k in kernels(c)] == [("p", "r"), ("q",)]
+    assert any("sibling: shares input a" in d.reason for d in kernels(c)[0].decisions)
 
 
 def test_intermediate_used_by_another_kernel_is_still_written():
     c = compiled("tests/programs/shapes.fz", "reassign")
-    (kernel,) = c.plan.kernels
+    (kernel,) = kernels(c)
     # t, t.1 and h.1 stay in registers; the outputs y and the last h are written.
     assert sorted(a.value for a, _ in kernel.stores) == ["h.2", "y"]
 
@@ -66,11 +71,11 @@ def test_dead_temporary_is_not_computed_when_fused():
 
 def test_register_budget_splits_a_chain():
     c = compiled("examples/transcendental_chain.fz", max_regs=16)
-    assert len(c.plan.kernels) > 1
-    refusals = [d.reason for k in c.plan.kernels for d in k.decisions if "budget 16" in d.reason]
+    assert len(kernels(c)) > 1
+    refusals = [d.reason for k in kernels(c) for d in k.decisions if "budget 16" in d.reason]
     assert refusals and all("registers > budget 16" in r for r in refusals)
-    for kernel in c.plan.kernels:
-        assert kernel.est_regs <= 16 or len(kernel.stages) == 1
+    for launch in c.interface.kernels:
+        assert launch.variants[-1].est_regs <= 16 or len(launch.kernel.stages) == 1
 
 
 def test_unfused_and_fused_kernel_names_are_deterministic():
@@ -147,14 +152,15 @@ def test_nested_repeat_is_checked_but_not_yet_compiled(tmp_path, run_cli):
 
 def test_repeat_fuses_to_one_persistent_kernel_or_repeats_launches():
     c = compiled("examples/time_step.fz")
-    (kernel,) = c.plan.kernels
-    assert kernel.count == 100 and len(kernel.carried) == 2 and c.plan.steps == (0,)
+    (kernel,) = kernels(c)
+    assert c.interface.kernels[0].form == RegisterLoop(100) and len(kernel.carried) == 2 and c.interface.steps == (0,)
     assert "for (long long it = 0; it < count; ++it)" in c.cuda and "gridDim.x * blockDim.x" in c.cuda
     unfused = compiled("examples/time_step.fz", fuse=False)
-    assert len(unfused.plan.kernels) == 2 and unfused.plan.steps[0].count == 100
+    assert len(kernels(unfused)) == 2 and unfused.interface.steps[0].count == 100
     two = compiled("tests/programs/repeat.fz", "two_spaces")  # [cols] and [rows, cols]: no persistent kernel
-    assert [k.count for k in two.plan.kernels] == [None, None] and two.plan.steps[0].kernels == (0, 1)
-    assert any("launched k times" in d.reason for k in two.plan.kernels for d in k.decisions)
+    assert [k.form for k in two.interface.kernels] == [Elementwise(), Elementwise()]
+    assert two.interface.steps[0].kernels == (0, 1)
+    assert any("launched k times" in d.reason for k in kernels(two) for d in k.decisions)
 
 
 def test_cli_persistent_form(run_cli):
@@ -171,19 +177,19 @@ def _program(text):
 def test_a_statement_nobody_reads_is_dropped_from_the_fused_form():
     program = _program("pipeline p(x: f32[n]) -> (y: f32[n]) {\n  t = exp(x);\n  d = t * 2.0;\n  y = x + 1.0;\n}")
     fused = compile_pipeline(program, "p")
-    assert [k.stages for k in fused.plan.kernels] == [("y",)]
+    assert [k.stages for k in kernels(fused)] == [("y",)]
     assert [d.reason for d in fused.partition.decisions if d.kernel == -1] == \
         ["dropped: nothing the pipeline returns reads it"] * 2
-    assert len(compile_pipeline(program, "p", CompileOptions(fuse=False)).plan.kernels) == 3
+    assert len(kernels(compile_pipeline(program, "p", CompileOptions(fuse=False)))) == 3
 
 
 def test_a_pipeline_with_no_outputs_compiles_to_no_kernels():
     program = _program("pipeline p(x: f32[n]) {\n  t = x * 2.0;\n}")
-    assert compile_pipeline(program, "p").plan.kernels == ()
+    assert kernels(compile_pipeline(program, "p")) == []
     assert "0 kernels" in compile_pipeline(program, "p").cuda
 
 
 def test_a_loop_whose_values_nobody_reads_is_dropped():
     program = _program("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n  t = x;\n"
                        "  repeat k { t = t * 2.0; }\n  y = x + 1.0;\n}")
-    assert [k.stages for k in compile_pipeline(program, "p").plan.kernels] == [("y",)]
+    assert [k.stages for k in kernels(compile_pipeline(program, "p"))] == [("y",)]

@@ -14,7 +14,7 @@ from helpers import ROOT, assert_matches, random_args
 import fusec
 from fusec.bench.harness import retype
 from fusec.errors import ArgumentError
-from fusec.jit import JitPipeline
+from fusec.jit import JitOptions, JitPipeline
 from fusec.reference import run as reference
 
 pytestmark = pytest.mark.gpu
@@ -77,7 +77,7 @@ def check(actual, expected, steps=1):
 def test_example_on_gpu_equals_reference(path, float_type, fuse):
     program = variant(path, float_type)
     pipeline = program.pipelines[0]
-    f = JitPipeline(program, pipeline.name, fuse=fuse, backend="cuda")
+    f = JitPipeline(program, pipeline.name, JitOptions(fuse=fuse, backend="cuda"))
     for size in SIZES:
         args = random_args(pipeline, size, seed=size + 11)
         steps = 1
@@ -121,7 +121,7 @@ def test_torch_tensors_in_without_a_copy_and_back():
     b = torch.randn(64, device="cuda", dtype=torch.bfloat16)
     before = h.clone()
     program = variant(ROOT / "examples/bias_gelu.fz", "bf16")
-    JitPipeline(program, "bias_gelu", backend="cuda")(h, b)  # in place, through DLPack, no copy
+    JitPipeline(program, "bias_gelu", JitOptions(backend="cuda"))(h, b)  # in place, through DLPack, no copy
     assert not torch.equal(h, before)
     gate = torch.randn(8, 32, device="cuda", dtype=torch.bfloat16)
     out = fusec.jit(str(ROOT / "examples/bf16_swiglu.fz"), backend="cuda")(gate, gate)

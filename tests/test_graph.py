@@ -16,8 +16,8 @@ pytestmark = pytest.mark.sim
 
 
 class RecordingBackend(SimBackend):
-    def __init__(self, compiled):
-        super().__init__(compiled)
+    def __init__(self, cuda_source, interface):
+        super().__init__(cuda_source, interface)
         self.captures = 0
 
     def capture(self, launch):
@@ -32,7 +32,7 @@ class RecordingBackend(SimBackend):
 def executor():
     program = load(str(ROOT / "examples/scale_bias_relu.fz"))
     compiled = compile_pipeline(program, "scale_bias_relu")
-    return GraphExecutor(compiled, RecordingBackend(compiled))
+    return GraphExecutor(compiled.interface, RecordingBackend(compiled.cuda, compiled.interface))
 
 
 def relu(x, s, b):

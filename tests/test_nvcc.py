@@ -7,7 +7,7 @@ import pytest
 from helpers import pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.ir.kernels import variant_names
+from fusec.ir.launch import RegisterLoop
 
 pytestmark = pytest.mark.nvcc
 PIPELINES = pipelines()
@@ -35,22 +35,23 @@ def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, name, form):
     compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
+    interface = compiled.interface
     usage = ptxas_usage(compiled.cuda, tmp_path)
-    assert set(usage) == {n for k in compiled.plan.kernels for n in variant_names(k)}
-    for kernel in compiled.plan.kernels:
-        regs, spills = usage[kernel.name]
-        assert spills == 0, f"{kernel.name} spills {spills} bytes"
-        if form == "persistent" and kernel.count is None:
+    assert set(usage) == {v.name for k in interface.kernels for v in k.variants}
+    for launch in interface.kernels:
+        for variant in launch.variants:
+            regs, spills = usage[variant.name]
+            assert spills == 0, f"{variant.name} spills {spills} bytes"
+            assert regs <= interface.max_regs, (variant.name, regs)
+        if form == "persistent" and not isinstance(launch.form, RegisterLoop):
             # The grid-stride form of a plain kernel (fusec compile --persistent) is for
             # reading and comparison; its estimate is not held to the bound, its budget is.
-            assert regs <= compiled.plan.max_regs, (kernel.name, regs)
             continue
-        assert abs(kernel.est_regs - regs) <= max(4, 0.25 * regs), \
-            f"{kernel.name}: estimated {kernel.est_regs} registers, ptxas used {regs}"
-        # The vector variant (E elements per thread, unrolled) is not estimated;
-        # it must not spill and must stay within the budget the fusion pass kept.
-        regs, spills = usage[variant_names(kernel)[1]]
-        assert spills == 0 and regs <= compiled.plan.max_regs, (kernel.name, regs, spills)
+        # The one-element-per-thread variant (the last, needing nothing of the arrays).
+        variant = launch.variants[-1]
+        regs, _ = usage[variant.name]
+        assert abs(variant.est_regs - regs) <= max(4, 0.25 * regs), \
+            f"{variant.name}: estimated {variant.est_regs} registers, ptxas used {regs}"
 
 
 def multi_tensor_pipelines():
@@ -71,9 +72,10 @@ MULTI_TENSOR = multi_tensor_pipelines()
 def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
     """foreach's kernel (a vector loop and an element loop per work item) is not
     estimated; it must not spill and must stay within the budget."""
-    (kernel,) = compiled.plan.kernels
-    regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant_names(kernel)[0]]
-    assert spills == 0 and regs <= compiled.plan.max_regs, (kernel.name, regs, spills)
+    ((launch,),) = [compiled.interface.kernels]
+    (variant,) = launch.variants
+    regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant.name]
+    assert spills == 0 and regs <= compiled.interface.max_regs, (variant.name, regs, spills)
 
 
 def test_multi_tensor_kernels_cover_the_examples():

@@ -16,8 +16,8 @@ PIPELINES = pipelines()
 @pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_sim_equals_reference(ident, program, name, form):
-    from fusec.jit import JitPipeline
-    sim = JitPipeline(program, name, fuse=form != "unfused", persistent=form == "persistent", backend="sim")
+    from fusec.jit import JitOptions, JitPipeline
+    sim = JitPipeline(program, name, JitOptions(fuse=form != "unfused", persistent=form == "persistent", backend="sim"))
     pipeline = program.pipeline(name)
     for size in (1, 3, 257, 1000):
         args = random_args(pipeline, size, seed=size)
@@ -43,8 +43,12 @@ def test_sim_rejects_bad_arrays_by_parameter_name():
     b = np.zeros(6, np.float16)
     with pytest.raises(ArgumentError, match="'h'.*not C-contiguous"):
         f(np.zeros((6, 4), np.float16).T, b)
-    with pytest.raises(ArgumentError, match="'h' is inout.*read-only"):
+    with pytest.raises(ArgumentError, match="'h' is written, but the array is a broadcast view"):
         f(np.broadcast_to(b, (4, 6)), b)
+    frozen = h.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ArgumentError, match="'h' is inout, but the array is read-only"):
+        f(frozen, b)
     with pytest.raises(ArgumentError, match="'b': expected dtype f16"):
         f(h, b.astype(np.float32))
     with pytest.raises(ArgumentError, match="dim 'cols' is 5 here but 6"):
@@ -59,8 +63,8 @@ def test_zero_size_arrays_launch_nothing():
 @pytest.mark.parametrize("fuse", [True, False], ids=["persistent", "unfused"])
 def test_repeat_counts_in_the_sim(fuse):
     program = load_program(ROOT / "tests/programs/repeat.fz")
-    from fusec.jit import JitPipeline
-    f = JitPipeline(program, "counted", fuse=fuse, backend="sim")
+    from fusec.jit import JitOptions, JitPipeline
+    f = JitPipeline(program, "counted", JitOptions(fuse=fuse, backend="sim"))
     x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
     for k in (0, 1, 5, 40):
         np.testing.assert_array_equal(f(x, k), reference(program, "counted", x, k))

@@ -80,5 +80,6 @@ def test_mixed_widths_widen_the_vector_of_a_light_kernel():
 def test_mixed_widths_keep_16_bytes_of_the_widest_in_a_heavy_kernel():
     from fusec.compiler import compile_pipeline
     program = load_program(ROOT / "tests/programs/numerics.fz")
-    (kernel,) = compile_pipeline(program, "ints").plan.kernels  # i32 and i8, integer division: 22 registers
-    assert kernel.est_regs > 16 and kernel.vector == 4
+    (launch,) = compile_pipeline(program, "ints").interface.kernels  # i32 and i8, integer division: 22 registers
+    vector, scalar = launch.variants
+    assert scalar.est_regs > 16 and vector.elements_per_thread == 4

@@ -22,11 +22,10 @@ from fusec.bench.peers import TorchOps, Unsupported, XpOps, check_supported, pee
 from fusec.errors import Source
 from fusec.frontend import check_source
 from fusec.ir.program import Program
-from fusec.jit import JitPipeline
+from fusec.jit import JitOptions, JitPipeline
 from fusec.passes.lower import lower
 from fusec.reference import run as reference
 from fusec.report import report
-from fusec.runtime.binder import numpy_dtype
 
 FLOATS = ("f16", "bf16", "f32", "f64")
 # The innermost dim of a 2-D pipeline in the benchmark (a transformer's hidden size).
@@ -83,9 +82,9 @@ def make_args(cp, pipeline, dims: dict[str, int], seed: int):
         if p.type.is_bool:
             args.append(rng.random(shape, dtype=cp.float32) < 0.5)
         elif p.type.is_int:
-            args.append(rng.integers(1, 50, shape).astype(numpy_dtype(p.type)))
+            args.append(rng.integers(1, 50, shape).astype(p.type.numpy_dtype))
         else:
-            args.append((rng.standard_normal(shape, dtype=cp.float32) * 0.5 + 0.1).astype(numpy_dtype(p.type)))
+            args.append((rng.standard_normal(shape, dtype=cp.float32) * 0.5 + 0.1).astype(p.type.numpy_dtype))
     return args
 
 
@@ -139,10 +138,10 @@ class Bench:
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type
         self.pipeline = program.pipeline(name)
-        self.fused = JitPipeline(program, name, fuse=True, backend="cuda")
-        self.unfused = JitPipeline(program, name, fuse=False, backend="cuda")
+        self.fused = JitPipeline(program, name, JitOptions(fuse=True, backend="cuda"))
+        self.unfused = JitPipeline(program, name, JitOptions(fuse=False, backend="cuda"))
         # With graph=True, both forms again, each call one CUDA graph replay.
-        self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, fuse=form == "fused", backend="cuda", graph=True)
+        self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, JitOptions(fuse=form == "fused", backend="cuda", graph=True))
                        for form in ("fused", "unfused")} if graph else {}
         self.copy = cp.RawKernel(_COPY, "fz_copy16")
         self.peers = self._peers()
@@ -239,8 +238,9 @@ class Bench:
     def minimum_bytes(self, dims: dict[str, int]) -> int:
         """Each input read once, each output written once: the fused kernels' traffic."""
         total = 0
-        for kernel, row in zip(self.fused.compiled.plan.kernels, report(self.fused.compiled)):
-            numel = math.prod(dims[d] if isinstance(d, str) else d for d in kernel.shape)
+        interface = self.fused.compiled.interface
+        for launch, row in zip(interface.kernels, report(interface)):
+            numel = math.prod(dims[d] if isinstance(d, str) else d for d in launch.kernel.shape)
             total += (row["bytes_read"] + row["bytes_written"]) * numel
         return total
 
@@ -248,31 +248,38 @@ class Bench:
         """Host µs per call at `size`: fusec (allocating, and with out=) against a bare CuPy launch."""
         cp = self.cp
         args = make_args(cp, self.pipeline, dims_for(self.pipeline, size), seed=7)
-        kernel = self.fused.compiled.plan.kernels[0]
+        interface = self.fused.compiled.interface
         rows = [Row(self.name, self.float_type, size, "host: fusec call", time_host(cp, lambda: self.fused(*args)))]
-        if len(self.fused.compiled.plan.kernels) == 1 and self.pipeline.outputs:
+        if len(interface.kernels) == 1 and self.pipeline.outputs:
             outs = self.fused(*args)
             rows.append(Row(self.name, self.float_type, size, "host: fusec call with out=",
                             time_host(cp, lambda: self.fused(*args, out=outs))))
-            raw = cp.RawKernel(self.fused.cuda_source, f"{kernel.name}_v{kernel.vector}")
-            launch = self._bare_args(args, outs, kernel)
-            grid = (-(-(-(-size // kernel.vector)) // 256),)  # one vector per thread, 256 threads a block
+            (launch,) = interface.kernels
+            variant = launch.variants[0]  # the widest, where the arrays are aligned (fresh CuPy arrays are)
+            raw = cp.RawKernel(self.fused.cuda_source, variant.name)
+            bare = self._bare_args(args, outs, launch)
+            per_thread = variant.elements_per_thread
+            grid = (-(-(-(-size // per_thread)) // 256),)  # one vector per thread, 256 threads a block
             rows.append(Row(self.name, self.float_type, size, "host: bare cupy.RawKernel launch",
-                            time_host(cp, lambda: raw(grid, (256,), launch))))
+                            time_host(cp, lambda: raw(grid, (256,), bare))))
         return rows
 
-    def _bare_args(self, args, outs, kernel):
-        from fusec.ir.kernels import kernel_params
-        from fusec.runtime.backends.cuda import _converter
-        values = dict(zip([p.name for p in self.pipeline.params], args))
-        values |= dict(zip([o.name for o in self.pipeline.outputs], _tuple(outs)))
+    def _bare_args(self, args, outs, launch):
+        """The kernel's arguments packed as CuPy takes them, from its parameters' sources."""
+        from fusec.ir.launch import ArrayArg, NumElements, ScalarArg
+        values = list(args) + list(_tuple(outs))
         n = int(np.prod(_tuple(outs)[0].shape))
-        launch = []
-        for p in kernel_params(kernel):
-            value = values.get(p.key) if p.kind in ("array", "scalar") else n
-            convert = _converter(p)
-            launch.append(value if convert is None else convert(value))
-        return tuple(launch)
+        packed = []
+        for p in launch.params:
+            match p.source:
+                case ArrayArg(slot) | ScalarArg(slot):
+                    value = values[slot]
+                case NumElements():
+                    value = n
+                case source:
+                    raise ValueError(f"the bare launch takes a plain elementwise kernel, not {source}")
+            packed.append(value if p.pack is None else p.pack.numpy_dtype.type(value))
+        return tuple(packed)
 
 
 def _tuple(x):

@@ -45,8 +45,7 @@ class XpOps:
         self.erf = erf
 
     def dtype(self, t: ScalarType):
-        from fusec.runtime.binder import numpy_dtype
-        return numpy_dtype(t)
+        return t.numpy_dtype
 
     def load(self, a, t: ScalarType):
         return a.astype(self.dtype(t.compute)) if t.compute != t else a
@@ -96,11 +95,9 @@ class TorchOps:
         self.torch = torch
 
     def dtype(self, t: ScalarType):
-        names = {"bool": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
-                 "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
-        if t.name not in names:
+        if t.name in ("u16", "u32", "u64"):  # torch has the dtypes but few operations on them
             raise Unsupported(f"{t} tensors")
-        return getattr(self.torch, names[t.name])
+        return getattr(self.torch, t.torch)
 
     def load(self, a, t: ScalarType):
         return a.to(self.dtype(t.compute)) if t.compute != t else a

@@ -1,7 +1,9 @@
-"""Emission: a `ModulePlan` -> one CUDA C module, from the Jinja2 templates.
+"""Emission: a `LaunchInterface` -> one CUDA C module, from the Jinja2 templates.
 
 The templates hold the layout; this module computes every name, type and
-expression. Output is deterministic, so golden files can hold it.
+expression. It reads the launch interface alone: each kernel's computation,
+its form, its variants and its parameters. Output is deterministic, so golden
+files can hold it.
 """
 from __future__ import annotations
 
@@ -10,19 +12,29 @@ import functools
 import jinja2
 
 from fusec.cache import cache_dir
-from fusec.codegen.cexpr import (
-    HELPERS,
-    cast_expr,
-    compute_type,
-    const,
-    load_expr,
-    op_expr,
-    scalar_param_type,
-    storage_type,
-    store_expr,
-)
+from fusec.codegen.cexpr import HELPERS, cast_expr, const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import WORK_ITEM, Access, Kernel, ModulePlan, kernel_params, needs_coordinates
+from fusec.ir.kernels import Access
+from fusec.ir.launch import (
+    WORK_ITEM,
+    ArrayArg,
+    ConstArg,
+    CountArg,
+    Elementwise,
+    Extent,
+    GridStride,
+    KernelLaunch,
+    LaunchInterface,
+    MultiTensor,
+    NumElements,
+    PointerTable,
+    RegisterLoop,
+    ScalarArg,
+    Variant,
+    WorkItemCount,
+    WorkItems,
+    unhandled,
+)
 from fusec.ir.program import fmt_shape
 
 
@@ -35,81 +47,86 @@ def environment() -> jinja2.Environment:
         bytecode = jinja2.FileSystemBytecodeCache(str(cache))
     except OSError:
         bytecode = None
-    return jinja2.Environment(loader=jinja2.PackageLoader("fusec.codegen", "templates"), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                              bytecode_cache=bytecode)
+    return jinja2.Environment(loader=jinja2.PackageLoader("fusec.codegen", "templates"),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True, bytecode_cache=bytecode)
 
 
-def emit_module(plan: ModulePlan, source_name: str) -> str:
-    emitters = [_KernelEmitter(k, Namer()) for k in plan.kernels]
+def emit_module(interface: LaunchInterface, source_name: str) -> str:
+    emitters = [_KernelEmitter(k, interface.signature.slot_names) for k in interface.kernels]
     kernels = [e.render() for e in emitters]
     helpers = sorted({h for e in emitters for h in e.helpers})
-    types = {a.type.name for k in plan.kernels for a in list(k.loads) + [s for s, _ in k.stores]}
-    types |= {i.type.name for k in plan.kernels for i in k.body.instrs}
+    types = {a.type.name for k in interface.kernels for a in k.kernel.accesses}
+    types |= {i.type.name for k in interface.kernels for i in k.kernel.body.instrs}
     includes = [h for t, h in (("f16", "cuda_fp16.h"), ("bf16", "cuda_bf16.h")) if t in types]
     return environment().get_template("module.cu.j2").render(
-        source=source_name, pipeline=plan.pipeline, form="fused" if plan.fused else "unfused",
+        source=source_name, pipeline=interface.pipeline, form="fused" if interface.fused else "unfused",
         kernels=kernels, helpers=helpers, includes=includes)
 
 
 class _KernelEmitter:
-    """One kernel, in two variants: one element per thread (any alignment), and
-    one vector per array per thread (aligned arrays: plan.vector_alignment).
-    A persistent kernel has one grid-stride form, a multi-tensor kernel one
-    form with both loops inside."""
+    """One kernel, every variant of it, from its launch description."""
 
-    def __init__(self, kernel: Kernel, namer: Namer):
-        self.k, self.namer = kernel, namer
+    def __init__(self, launch: KernelLaunch, slot_names: tuple[str, ...]):
+        self.launch, self.k = launch, launch.kernel
         self.helpers: set[str] = set()
-        params = kernel_params(kernel)
-        self.buffers = {p.key: namer.user(p.key) for p in params if p.kind in ("array", "pointers")}
-        self.scalars = {p.key: namer.user(p.key) for p in params if p.kind == "scalar"}
-        self.i, self.n = namer.fresh("i"), namer.fresh("n")
-        self.extents = {p.key: namer.fresh(f"e{p.key}") for p in params if p.kind == "extent"}
-        self.count = namer.fresh("count") if kernel.count is not None else None
-        if kernel.multi_tensor:
-            self.tables = {p.key: namer.fresh(f"{self.buffers[p.key]}_ptrs") for p in params if p.kind == "pointers"}
-            self.table, self.chunks = namer.fresh("table"), namer.fresh("chunks")
-        self.decls = [self._decl(p) for p in params]
-        self.coords, self.coord_names = self._coordinates(self.i, self.extents)
+        self.namer = Namer()
+        self.namer.taken |= {p.c_name for p in launch.params}
+        # The C name of each array the body reads or writes: its parameter, or
+        # (foreach) the local pointer taken from its table for the current set.
+        self.buffers, self.tables = {}, {}
+        self.scalars, self.extents = {}, {}
+        self.n = self.count = self.table = self.chunks = None
+        for p in launch.params:
+            match p.source:
+                case ArrayArg(slot):
+                    self.buffers[slot_names[slot]] = p.c_name
+                case PointerTable(slot):
+                    self.tables[slot_names[slot]] = p.c_name
+                    self.buffers[slot_names[slot]] = self.namer.user(slot_names[slot])
+                case ScalarArg(slot):
+                    self.scalars[slot_names[slot]] = p.c_name
+                case NumElements():
+                    self.n = p.c_name
+                case CountArg() | ConstArg():
+                    self.count = p.c_name
+                case Extent(dim):
+                    self.extents[dim] = p.c_name
+                case WorkItems():
+                    self.table = p.c_name
+                case WorkItemCount():
+                    self.chunks = p.c_name
+                case _:
+                    unhandled(p.source)
+        self.i = self.namer.fresh("i")
+        self.decls = [p.declaration for p in launch.params]
+        self.coords, self.coord_names = self._coordinates(self.i)
 
     def _local_namer(self) -> Namer:
-        """Names for one function's locals: any name but the parameters and coordinates."""
-        namer = Namer()
-        namer.taken |= set(self.buffers.values()) | set(self.scalars.values()) | set(self.extents.values())
-        namer.taken |= {self.i, self.n, self.count} | set(self.coord_names.values())
-        return namer
-
-    def _decl(self, p) -> str:
-        if p.kind == "pointers":
-            qual = "" if p.written else "const "
-            return f"{qual}{storage_type(p.type)}* const* __restrict__ {self.tables[p.key]}"
-        if p.kind == "table":
-            return f"const long long* __restrict__ {self.table}"
-        if p.kind == "chunks":
-            return f"const long long {self.chunks}"
-        if p.kind == "array":
-            qual = "" if p.written else "const "
-            return f"{qual}{storage_type(p.type)}* __restrict__ {self.buffers[p.key]}"
-        if p.kind == "scalar":
-            return f"const {scalar_param_type(p.type)} {self.scalars[p.key]}"
-        name = {"numel": self.n, "count": self.count}.get(p.kind) or self.extents[p.key]
-        return f"const long long {name}"
+        """Names for one function's locals: any name but the parameters, index and coordinates."""
+        return self.namer.copy()
 
     def render(self) -> dict:
-        k = self.k
-        if k.multi_tensor:
-            variants = [self._multi_tensor_variant()]
-        elif k.persistent:
-            variants = [self._loop_variant()]
-        else:
-            variants = [{"name": k.name, "vector": 0, "loop": False, "multi": False, "params": self.decls,
-                         "i": self.i, "n": self.n, "coords": self.coords,
-                         **self._scalar_body(self.i, self._local_namer())}]
-            if k.vector > 1:
-                variants.append(self._vector_variant())
+        k, launch = self.k, self.launch
+        # Emitted in order of elements per thread (the one-element form first).
+        variants = [self._variant(v) for v in sorted(launch.variants, key=lambda v: v.elements_per_thread)]
         return {"name": k.name, "stages": k.stages, "space": fmt_shape(k.shape), "comments": self._comments(),
                 "variants": variants}
+
+    def _variant(self, variant: Variant) -> dict:
+        common = {"name": variant.name, "params": self.decls, "i": self.i, "n": self.n, "coords": self.coords,
+                  "est_regs": variant.est_regs}
+        match self.launch.form:
+            case Elementwise() if variant.elements_per_thread == 1:
+                return {"kind": "element", **common, **self._scalar_body(self.i, self._local_namer())}
+            case Elementwise():
+                return {"kind": "vector", **common, **self._vector_variant(variant.elements_per_thread)}
+            case GridStride() | RegisterLoop():
+                return {"kind": "grid_stride", **common, **self._loop_variant()}
+            case MultiTensor():
+                return {"kind": "multi_tensor", **common, **self._multi_tensor_variant(variant.elements_per_thread)}
+            case form:
+                unhandled(form)
 
     def index(self, access: Access) -> str:
         """Offset of an access at element i: i itself, or from the coordinates of i."""
@@ -134,9 +151,8 @@ class _KernelEmitter:
         return [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
 
     def _loop_variant(self) -> dict:
-        """A persistent kernel: a grid-stride loop over elements; for a loop
-        kernel, each element's loads once, the body `count` times in registers,
-        its stores once."""
+        """Grid-stride over the elements; for a loop kernel, each element's loads
+        once, the body `count` times in registers, its stores once."""
         k, namer = self.k, self._local_namer()
         iteration = namer.fresh("it")
         loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}
@@ -146,70 +162,62 @@ class _KernelEmitter:
         before = [line for line, ins in zip(lines, body) if line and ins.op == "load"]
         inside = [line for line, ins in zip(lines, body) if line and ins.op != "load"]
         nexts = [(namer.fresh(f"{refs[lv]}_next"), lv, ev) for lv, ev in k.carried]
-        inside += [f"const {compute_type(body[lv].type)} {name} = {refs[ev]};" for name, lv, ev in nexts]
+        inside += [f"const {body[lv].type.compute.c} {name} = {refs[ev]};" for name, lv, ev in nexts]
         inside += [f"{refs[lv]} = {name};" for name, lv, _ in nexts]
-        return {"name": k.name, "vector": 0, "loop": True, "multi": False, "params": self.decls, "i": self.i, "n": self.n,
-                "count": self.count, "it": iteration, "coords": self.coords, "pre": before, "lines": inside,
+        return {"count": self.count, "it": iteration, "pre": before, "lines": inside,
                 "stores": self._stores(self.i, refs)}
 
-    def _vector_body(self, namer: Namer) -> dict:
-        """The computation for one 16-byte vector per array at index i: loads,
-        the elements in an unrolled loop over `lane`, then vector stores."""
-        k, width = self.k, self.k.vector
+    def _vector_body(self, namer: Namer, width: int) -> dict:
+        """The computation for one vector of `width` elements per array at index i:
+        loads, the elements in an unrolled loop over `lane`, then vector stores."""
+        k = self.k
         lane = namer.fresh("k")  # the element within the vector
         pre, loads = [], {}
-        inner = len(k.extents) - 1
         for a in k.loads:
             ptr = f"{self.buffers[a.buffer]} + {self.index(a)}"
-            if a.contiguous or a.present[inner]:  # E consecutive elements: one vector
+            if a.contiguous or a.present[-1]:  # `width` consecutive elements: one vector
                 vec = namer.fresh(f"{self.buffers[a.buffer]}_v")
-                pre.append(f"const fz_vec<{storage_type(a.type)}, {width}> {vec} = "
-                           f"*reinterpret_cast<const fz_vec<{storage_type(a.type)}, {width}>*>({ptr});")
+                pre.append(f"const fz_vec<{a.type.c}, {width}> {vec} = "
+                           f"*reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>({ptr});")
                 loads[a.value] = load_expr(a.type, f"{vec}.v[{lane}]")
             else:  # the same element for the whole vector: one load
                 name = namer.fresh(f"{self.buffers[a.buffer]}_s")
-                pre.append(f"const {storage_type(a.type)} {name} = {self.buffers[a.buffer]}[{self.index(a)}];")
+                pre.append(f"const {a.type.c} {name} = {self.buffers[a.buffer]}[{self.index(a)}];")
                 loads[a.value] = load_expr(a.type, name)
         out_vec = {a.value: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in k.stores}
-        declare = [f"fz_vec<{storage_type(a.type)}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
+        declare = [f"fz_vec<{a.type.c}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
         lines, refs = self._computation(loads, namer)
         lines = [line for line in lines if line]
         lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
-        stores = [f"*reinterpret_cast<fz_vec<{storage_type(a.type)}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
+        stores = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                   f"= {out_vec[a.value]};" for a, _ in k.stores]
         self.helpers.add("vec")
         return {"vector": width, "lane": lane, "pre": pre, "declare": declare, "lines": lines, "stores": stores}
 
-    def _vector_variant(self) -> dict:
-        k = self.k
+    def _vector_variant(self, width: int) -> dict:
         tail = None
-        if not needs_coordinates(k):  # with broadcasts the runtime only picks this variant when n % E == 0
+        if not self.k.needs_coordinates:  # with broadcasts the runtime only picks this variant when rows hold whole vectors
             tail_namer = self._local_namer()
             j = tail_namer.fresh("j")
             tail = {"j": j, **self._scalar_body(j, tail_namer)}
-        return {"name": f"{k.name}_v{k.vector}", "loop": False, "multi": False, "params": self.decls,
-                "i": self.i, "n": self.n, "coords": self.coords, "tail": tail,
-                **self._vector_body(self._local_namer())}
+        return {"tail": tail, **self._vector_body(self._local_namer(), width)}
 
-    def _multi_tensor_variant(self) -> dict:
+    def _multi_tensor_variant(self, width: int) -> dict:
         """foreach: blocks stride over a table of work items, each a range of
-        one set's elements (runtime.foreach.CHUNK at most): whole 16-byte vectors where the set's
-        arrays are aligned, then one element per thread."""
+        one set's elements: whole vectors where the set's arrays are aligned,
+        then one element per thread."""
         namer = self._local_namer()
-        namer.taken |= set(self.tables.values()) | {self.table, self.chunks}
         item, fields = namer.fresh("c"), {f: namer.fresh(f) for f in WORK_ITEM}
+        written = {a.buffer for a, _ in self.k.stores}
         pointers = []
-        for p in kernel_params(self.k):
-            if p.kind == "pointers":
-                qual = "" if p.written else "const "
-                pointers.append(f"{qual}{storage_type(p.type)}* __restrict__ {self.buffers[p.key]} = "
-                                f"{self.tables[p.key]}[{fields['set']}];")
+        for buffer, table in self.tables.items():
+            qual = "" if buffer in written else "const "
+            access = next(a for a in self.k.accesses if a.buffer == buffer)
+            pointers.append(f"{qual}{access.type.c}* __restrict__ {self.buffers[buffer]} = {table}[{fields['set']}];")
         # The two loops are separate scopes: each body may name its locals freely.
-        vector_body = self._vector_body(namer.copy())
-        return {"name": f"{self.k.name}_mt", "vector": 0, "loop": False, "multi": True, "params": self.decls,
-                "i": self.i, "item": item, "fields": fields, "width": len(WORK_ITEM), "table": self.table,
-                "chunks": self.chunks, "pointers": pointers, "vector_body": vector_body,
-                **self._scalar_body(self.i, namer)}
+        vector_body = self._vector_body(namer.copy(), width)
+        return {"item": item, "fields": fields, "width": len(WORK_ITEM), "table": self.table, "chunks": self.chunks,
+                "pointers": pointers, "vector_body": vector_body, **self._scalar_body(self.i, namer)}
 
     def _computation(self, loads: dict[str, str], namer: Namer,
                      mutable: set[int] = frozenset()) -> tuple[list[str | None], list[str]]:
@@ -242,13 +250,13 @@ class _KernelEmitter:
                 self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
             name = namer.fresh(f"v{sum(1 for line in lines if line)}")
             qualifier = "" if idx in mutable else "const "
-            lines.append(f"{qualifier}{compute_type(ins.type)} {name} = {expr};")
+            lines.append(f"{qualifier}{ins.type.compute.c} {name} = {expr};")
             refs.append(name)
         return lines, refs
 
-    def _coordinates(self, i: str, extent_names: dict) -> tuple[list[str], dict[int, str]]:
+    def _coordinates(self, i: str) -> tuple[list[str], dict[int, str]]:
         """Coordinates of the flat index in the collapsed space, outermost first."""
-        if not needs_coordinates(self.k):
+        if not self.k.needs_coordinates:
             return [], {}
         m = len(self.k.extents)
         needed = {j for a in self.k.loads if not a.contiguous for j in range(m) if a.present[j]}
@@ -258,15 +266,15 @@ class _KernelEmitter:
         self.helpers.add("index")
         for j in range(m - 1, 0, -1):
             if j in needed:
-                lines.append(f"const long long {names[j]} = fz_rem({rest}, {extent_names[j]});")
+                lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
             if not any(k < j for k in needed):
                 break
             if j > 1:
                 quotient = self.namer.fresh(f"r{j}")
-                lines.append(f"const long long {quotient} = fz_quot({rest}, {extent_names[j]});")
+                lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
                 rest = quotient
             else:
-                rest = f"fz_quot({rest}, {extent_names[j]})"
+                rest = f"fz_quot({rest}, {self.extents[j]})"
         if 0 in needed:
             lines.append(f"const long long {names[0]} = {rest};")
         return lines, names
@@ -275,5 +283,4 @@ class _KernelEmitter:
         k = self.k
         reads = ", ".join(a.buffer + ("" if a.contiguous else " (broadcast)") for a in k.loads) or "nothing"
         writes = ", ".join(a.buffer for a, _ in k.stores) or "nothing"
-        lines = [f"reads {reads}; writes {writes}; estimated {k.est_regs} registers"]
-        return lines
+        return [f"reads {reads}; writes {writes}"]

@@ -16,8 +16,7 @@ import numpy as np
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.runtime.binder import numpy_dtype
-from fusec.types import ALL, BY_NAME, F32, promote
+from fusec.types import ALL, BY_NAME, F32, from_dtype, promote
 
 KEYWORDS = {"stage", "pipeline", "let", "return", "repeat", "inout", "pi", "e", "inf", "nan", "true", "false"}
 
@@ -28,12 +27,10 @@ class TraceError(TypeError):
 
 def _fz_type(dtype) -> str:
     """The .fz type of a NumPy, CuPy or PyTorch dtype."""
-    text = str(dtype).removeprefix("torch.")
-    names = {str(numpy_dtype(t)): t.name for t in ALL}
-    names.update({"bool_": "bool", "half": "f16", "float": "f32", "double": "f64"})
-    if text not in names:
+    found = from_dtype(dtype)
+    if found is None:
         raise TraceError(f"dtype {dtype} is not supported by fusec")
-    return names[text]
+    return found.name
 
 
 class Traced:

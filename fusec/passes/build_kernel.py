@@ -1,8 +1,8 @@
-"""Building one kernel from a run of stages: merged body, accesses, estimate.
+"""Building one kernel from a run of stages: the merged body and its accesses.
 
 Used by the fusion pass to price a candidate merge and by the plan pass to
-build the final kernels, so that the estimate the fusion pass acts on is the
-estimate of the kernel that is emitted.
+build the final kernels, so that what the fusion pass prices is the kernel
+that is emitted.
 """
 from __future__ import annotations
 
@@ -11,26 +11,12 @@ from dataclasses import replace
 from fusec.ir.kernels import Access, Kernel
 from fusec.ir.program import Body, BodyBuilder, Dim, Instr, Shape
 from fusec.ir.stages import Loop, Stage, StageGraph
-from fusec.passes.regs import estimate_registers
-
-# Each thread of the vector variant moves one 16-byte vector of its widest
-# array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
-# 1.6x over 4-byte accesses for the seed's chain on the H200 (PERF.md). Where
-# a narrower array would then move less than 16 bytes a thread, a light kernel
-# (estimated at WIDE_VECTOR_REGS or fewer per element, so that its unrolled
-# body stays well inside the register budget) takes up to 32 bytes of the
-# widest: quantize (f32 in, i8 and bool out) reaches 90 % of the copy with 4
-# elements a thread and 103 % with 8, while arrays of one width lose 1-8 % with
-# 32 bytes a thread (benchmarks/vector_width.py, BENCHMARKS.md).
-VECTOR_BYTES = 16
-WIDE_VECTOR_REGS = 16
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
-                 loop: Loop | None = None, persistent: bool = False) -> Kernel:
+                 loop: Loop | None = None) -> Kernel:
     """One kernel for `stages`, storing the values in `stored`. With `loop`, a
-    persistent loop kernel: the stages are the loop's whole body, iterated in
-    registers; each carried slot's loop value is loaded once, updated with its
+    loop kernel: the stages are the loop's whole body, iterated in registers; each carried slot's loop value is loaded once, updated with its
     exit value after every iteration, and stored at the end if it is in `stored`."""
     shape = stages[0].shape
     produced_here = {v for s in stages for v in s.outputs}
@@ -73,19 +59,8 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     loads = tuple(_access(graph, v, p) for v, p in zip(array_loads, presence))
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
-    scalar_ids = {loaded[v] for v in scalars}
-    broadcast = [a for a in loads if not a.contiguous and any(a.present)]
-    coordinates = len({j for a in broadcast for j, p in enumerate(a.present) if p})
-    live_to_end = [i for _, i in stores] + [ev for _, ev in carried]
-    est = estimate_registers(body, live_to_end, scalar_ids, len(loads), len(broadcast), coordinates,
-                             loop=loop is not None, persistent=persistent)
-    sizes = [a.type.itemsize for a in loads if a.contiguous] + [a.type.itemsize for a, _ in store_access]
-    width = VECTOR_BYTES // max(sizes)
-    if est <= WIDE_VECTOR_REGS:
-        width = min(VECTOR_BYTES // min(sizes), 2 * width)
-    return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access,
-                  scalars, est, vector=width, count=None if loop is None else loop.count, carried=tuple(carried),
-                  persistent=loop is not None or persistent)
+    return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access, scalars,
+                  carried=tuple(carried))
 
 
 def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:

@@ -13,23 +13,20 @@ is recorded as a `Decision` for the report.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fusec.ir.program import fmt_shape
 from fusec.ir.stages import Decision, Stage, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.liveness import live_stages
-
-# Register budget per thread. An H100/H200 SM has 65,536 32-bit registers and
-# runs at most 2,048 threads; a memory-bound kernel keeps enough loads in flight
-# at half occupancy (1,024 threads), which leaves 65,536 / 1,024 = 64 registers.
-DEFAULT_MAX_REGS = 64
+from fusec.passes.variants import kernel_registers
+from fusec.target import default_max_regs
 
 
 @dataclass(frozen=True, slots=True)
 class FusionOptions:
     fuse: bool = True
-    max_regs: int = DEFAULT_MAX_REGS
+    max_regs: int = field(default_factory=default_max_regs)  # registers per thread a kernel may use
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +75,9 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
                                 f"{fmt_shape(members[0].shape)}")
             else:
                 candidate = build_kernel(graph, members + [stage], _stored(graph, readers, must_store, groups[k] + [i]))
-                if candidate.est_regs > options.max_regs:
-                    refusals.append(f"not fused with k{k}: estimated {candidate.est_regs} registers "
+                regs = kernel_registers(candidate)
+                if regs > options.max_regs:
+                    refusals.append(f"not fused with k{k}: estimated {regs} registers "
                                     f"> budget {options.max_regs}")
                     break
                 joined = k

@@ -1,47 +1,163 @@
-"""Launch planning: a partition of the stage graph -> the `ModulePlan` to emit and run."""
+"""Launch planning: a partition of the stage graph -> the `LaunchInterface`.
+
+The one place that decides each kernel's form, its variants and its
+parameters, and copies the pipeline's call signature out of the IR.
+"""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from fusec.ir.kernels import Buffer, ModulePlan, RepeatSteps
-from fusec.ir.stages import StageGraph
+from fusec.codegen.names import Namer
+from fusec.ir.kernels import Kernel
+from fusec.ir.launch import (
+    ArrayArg,
+    ConstArg,
+    CountArg,
+    Elementwise,
+    Extent,
+    Form,
+    GridStride,
+    KernelLaunch,
+    KernelParam,
+    LaunchInterface,
+    MultiTensor,
+    NumElements,
+    PointerTable,
+    RegisterLoop,
+    RepeatSteps,
+    ScalarArg,
+    Temporary,
+    WorkItemCount,
+    WorkItems,
+    call_signature,
+)
+from fusec.ir.program import Pipeline
+from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.fusion import Partition
+from fusec.passes.variants import plan_variants
+from fusec.target import FOREACH_CHUNK
+from fusec.types import I64
 
 
-def plan_module(graph: StageGraph, partition: Partition, *, fused: bool, max_regs: int,
-                persistent: bool = False) -> ModulePlan:
-    """persistent: every kernel in its grid-stride form over a grid that fills the device."""
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    fused: bool
+    max_regs: int
+    arch: str
+    grid_stride: bool = False   # every kernel grid-stride over a device-filling grid (`--persistent`)
+    multi_tensor: bool = False  # the pipeline's one kernel over many sets of arrays (foreach)
+
+
+class PlanError(ValueError):
+    """The pipeline cannot take the form asked for (e.g. foreach of several kernels)."""
+
+
+def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, options: PlanOptions) -> LaunchInterface:
     loop_kernels = {members[0]: n for n, (members, one) in enumerate(partition.loops) if one}
-    kernels = []
+    kernels: list[Kernel] = []
+    loops: dict[int, Loop] = {}
     for k, (group, stored) in enumerate(zip(partition.groups, partition.stored)):
         stages = [graph.stages[i] for i in group]
         # Deterministic names; a one-stage kernel also carries the stage's name.
         name = f"{graph.pipeline}_k{k}" + (f"_{stages[0].name}" if len(stages) == 1 else "")
         if k in loop_kernels:
-            loop = graph.loops[loop_kernels[k]]
-            kernel = build_kernel(graph, stages, _needed_after(graph, loop), name, loop=loop)
+            loops[k] = graph.loops[loop_kernels[k]]
+            kernel = build_kernel(graph, stages, _needed_after(graph, loops[k]), name, loop=loops[k])
         else:
-            kernel = build_kernel(graph, stages, set(stored), name, persistent=persistent)
-        decisions = tuple(d for d in partition.decisions if d.kernel == k)
-        kernels.append(replace(kernel, decisions=decisions))
-    buffers: dict[str, Buffer] = {}
+            kernel = build_kernel(graph, stages, set(stored), name)
+        kernels.append(replace(kernel, decisions=tuple(d for d in partition.decisions if d.kernel == k)))
+    signature = call_signature(pipeline, _temporaries(pipeline, kernels))
+    slots = {name: i for i, name in enumerate(signature.slot_names)}
+    steps = _steps(graph, partition, loop_kernels, slots)
+    if options.multi_tensor:
+        _check_multi_tensor(graph, kernels, steps)
+    launches = []
+    for k, kernel in enumerate(kernels):
+        form = _form(options, loops.get(k), slots)
+        launches.append(KernelLaunch(kernel, form, plan_variants(kernel, form, slots.__getitem__),
+                                     _params(kernel, form, slots)))
+    notes = tuple(d for d in partition.decisions if d.kernel < 0)
+    return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes)
+
+
+def _form(options: PlanOptions, loop: Loop | None, slots: dict[str, int]) -> Form:
+    if loop is not None:
+        return RegisterLoop(_count(loop.count, slots))
+    if options.multi_tensor:
+        return MultiTensor(FOREACH_CHUNK)
+    return GridStride() if options.grid_stride else Elementwise()
+
+
+def _count(count: int | str, slots: dict[str, int]) -> int | CountArg:
+    return count if isinstance(count, int) else CountArg(slots[count])
+
+
+def _check_multi_tensor(graph: StageGraph, kernels: list[Kernel], steps: tuple) -> None:
+    pipeline = graph.pipeline
+    if len(kernels) != 1 or steps != (0,) or graph.loops:
+        raise PlanError(f"foreach needs a pipeline that fuses into one kernel; {pipeline} has "
+                        f"{len(kernels)} kernels (or a repeat)")
+    if not all(a.contiguous for a in kernels[0].loads):
+        raise PlanError(f"foreach needs every array of {pipeline} over the same elements "
+                        "(no broadcasting, no repeat)")
+
+
+def _temporaries(pipeline: Pipeline, kernels: list[Kernel]) -> tuple[Temporary, ...]:
+    """The arrays a call allocates for its kernels: values one kernel stores and another loads."""
+    declared = {s.name for s in pipeline.params} | {s.name for s in pipeline.outputs}
+    found: dict[str, Temporary] = {}
     for kernel in kernels:
-        for access in list(kernel.loads) + [a for a, _ in kernel.stores]:
-            value = graph.value(access.value)
-            buffers.setdefault(value.buffer, Buffer(value.buffer, value.type, value.shape, value.role))
-    return ModulePlan(graph.pipeline, fused, tuple(kernels), tuple(buffers.values()), max_regs,
-                      _steps(graph, partition, loop_kernels))
+        for access in kernel.accesses:
+            if access.buffer not in declared and access.buffer not in found:
+                slot = pipeline.slot(access.buffer)
+                found[access.buffer] = Temporary(slot.name, slot.type, slot.shape)
+    return tuple(found.values())
 
 
-def _needed_after(graph: StageGraph, loop) -> set[str]:
+def _params(kernel: Kernel, form: Form, slots: dict[str, int]) -> tuple[KernelParam, ...]:
+    """The kernel's parameters, in order: its arrays (loads first), its scalars, then sizes."""
+    namer = Namer()
+    written = {a.buffer for a, _ in kernel.stores}
+    params: list[KernelParam] = []
+    seen: set[str] = set()
+    for access in kernel.accesses:
+        if access.buffer in seen:
+            continue
+        seen.add(access.buffer)
+        const = "" if access.buffer in written else "const "
+        pointer = f"{const}{access.type.c}*"
+        name = namer.user(access.buffer)
+        if isinstance(form, MultiTensor):  # a table of the array's address in every set
+            params.append(KernelParam(f"{pointer} const*", namer.fresh(f"{name}_ptrs"),
+                                      PointerTable(slots[access.buffer])))
+        else:
+            params.append(KernelParam(pointer, name, ArrayArg(slots[access.buffer])))
+    types = {ins.attr: ins.type for ins in kernel.body.instrs if ins.op == "load"}
+    for scalar in kernel.scalars:  # passed in its compute type (an f16 scalar as a float)
+        packed = types[scalar].compute
+        params.append(KernelParam(f"const {packed.c}", namer.user(scalar), ScalarArg(slots[scalar]), packed))
+    size = "const long long"
+    if isinstance(form, MultiTensor):
+        return tuple(params) + (KernelParam("const long long*", namer.fresh("table"), WorkItems()),
+                                KernelParam(size, namer.fresh("chunks"), WorkItemCount(), I64))
+    params.append(KernelParam(size, namer.fresh("n"), NumElements(), I64))
+    if isinstance(form, RegisterLoop):
+        count = form.count
+        params.append(KernelParam(size, namer.fresh("count"), ConstArg(count) if isinstance(count, int) else count, I64))
+    if kernel.needs_coordinates:
+        params += [KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64) for j in range(1, len(kernel.extents))]
+    return tuple(params)
+
+
+def _needed_after(graph: StageGraph, loop: Loop) -> set[str]:
     """Loop values that must reach memory: pipeline results, or read by stages after the loop."""
     later = {v for s in graph.stages[loop.stop:] for v in s.reads()}
     return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}
 
 
-def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int]) -> tuple:
-    """The launch order: kernels in order, a loop's kernels as one Repeat (unless one loop kernel)."""
+def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int], slots: dict[str, int]) -> tuple:
+    """The launch order: kernels in order, a loop's kernels as one RepeatSteps (unless one loop kernel)."""
     in_loop = {k: n for n, (members, _) in enumerate(partition.loops) for k in members}
     steps, done = [], set()
     for k in range(len(partition.groups)):
@@ -49,5 +165,6 @@ def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int]
             steps.append(k)
         elif in_loop[k] not in done:
             done.add(in_loop[k])
-            steps.append(RepeatSteps(graph.loops[in_loop[k]].count, partition.loops[in_loop[k]][0]))
+            loop = graph.loops[in_loop[k]]
+            steps.append(RepeatSteps(_count(loop.count, slots), partition.loops[in_loop[k]][0]))
     return tuple(steps)

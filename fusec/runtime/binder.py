@@ -1,56 +1,223 @@
-"""Binding call arguments to a pipeline's parameters, with clear errors.
+"""One binder for every backend: a call checked against the pipeline's call signature.
 
-Shared by every backend: dims are bound from the arrays' shapes, scalars are
-checked against their declared kinds, and each mistake raises an
-`ArgumentError` that names the parameter.
+Every backend (cuda, sim, numpy) checks a call here, with the same errors
+and the same messages, before anything is allocated, launched or written.
+A backend only says how its arrays are read (`ArrayModel`): which objects it
+takes, and each array's dtype, shape, layout, writeability, device and span.
 """
 from __future__ import annotations
 
 import functools
+import math
 import numbers
+from typing import Callable, Protocol
 
 import numpy as np
 
 from fusec.errors import ArgumentError
-from fusec.ir.program import Pipeline, Shape, Slot, fmt_shape
-from fusec.types import BY_NAME, INT_RANGE, ScalarType
+from fusec.ir.launch import CallSignature, SignatureParam
+from fusec.ir.program import Shape, fmt_shape
+from fusec.types import BY_NAME, INT_RANGE
+
+# A repeat count is a 64-bit signed integer on every backend.
+MAX_COUNT = (1 << 63) - 1
 
 
-def numpy_dtype(t: ScalarType) -> np.dtype:
-    if t.name == "bf16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    names = {"bool": "bool", "f16": "float16", "f32": "float32", "f64": "float64"}
-    if t.name in names:
-        return np.dtype(names[t.name])
-    return np.dtype(("int" if t.kind == "int" else "uint") + str(t.bits))
+class ArrayModel(Protocol):
+    """How one backend's arrays are read (the binder's only view of them)."""
+
+    def adopt(self, value) -> object:
+        """`value` as this backend's array type (importing another library's
+        array without a copy), or ArgumentError saying why it cannot be (the
+        binder prefixes the parameter's name)."""
+
+    def contiguous(self, array) -> bool: ...
+
+    def broadcast(self, array) -> bool:
+        """Some dim of more than one element has stride 0 (a broadcast view)."""
+
+    def writeable(self, array) -> bool: ...
+
+    def span(self, array) -> tuple[int, int]:
+        """The address range [start, end) the array's elements occupy."""
+
+    def fast(self, param: SignatureParam, dtype: np.dtype) -> Callable[[object], object] | None:
+        """A check of the common case in a few attribute reads: the array
+        itself, or None where the full check must run. None: no fast check."""
 
 
-def split_args(pipeline: Pipeline, args: tuple, kwargs: dict) -> list:
-    """Positional and keyword arguments -> one value per parameter, in order."""
-    names = [p.name for p in pipeline.params]
-    if len(args) > len(names):
-        raise ArgumentError(f"{pipeline.name}() takes {len(names)} arguments ({', '.join(names)}), "
-                            f"got {len(args)}")
-    values = dict(zip(names, args))
-    for key, value in kwargs.items():
-        if key not in names:
-            raise ArgumentError(f"{pipeline.name}() has no parameter '{key}' (parameters: {', '.join(names)})")
-        if key in values:
-            raise ArgumentError(f"{pipeline.name}() got parameter '{key}' twice")
-        values[key] = value
-    missing = [n for n in names if n not in values]
-    if missing:
-        raise ArgumentError(f"{pipeline.name}() is missing parameter{'s' if len(missing) > 1 else ''} "
-                            f"{', '.join(repr(m) for m in missing)}")
-    return [values[n] for n in names]
+class BoundCall:
+    """A checked call: one value per parameter (arrays adopted, scalars as Python
+    values), the caller's `out=` arrays (checked) or None, the stream, the dims."""
+
+    __slots__ = ("values", "outputs", "stream", "dims")
+
+    def __init__(self, values: list, outputs: list | None, stream, dims: dict[str, int]):
+        self.values, self.outputs, self.stream, self.dims = values, outputs, stream, dims
 
 
-def bind_dims(pipeline: Pipeline, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """Dim name -> size, from the shapes of the array parameters."""
+class Binder:
+    """Checks calls of one pipeline for one backend.
+
+    What depends only on the signature is prepared once (a checker per
+    parameter); what depends on the arrays' shapes (the dims) is cached per
+    shape signature.
+    """
+
+    def __init__(self, signature: CallSignature, arrays: ArrayModel, stream: Callable[[object], object] | None = None):
+        self.signature, self.arrays = signature, arrays
+        self.params = signature.params
+        names = [p.name for p in self.params]
+        # `out=` and `stream=` are call options unless the pipeline has a parameter of that name.
+        self.options = tuple(o for o in ("out", "stream") if o not in names)
+        self._stream = stream
+        self.checkers = [self._array_checker(p) if p.is_array else scalar_checker(p) for p in self.params]
+        self.array_positions = [i for i, p in enumerate(self.params) if p.is_array]
+        self.written = [i for i, p in enumerate(self.params) if p.written]
+        self.counts = list(signature.counts)
+        self._dims: dict[tuple, dict[str, int]] = {}
+
+    # ---- a whole call
+    def bind(self, args: tuple, kwargs: dict) -> BoundCall:
+        out = stream = None
+        if kwargs:
+            kwargs = dict(kwargs)
+            if "out" in self.options:
+                out = kwargs.pop("out", None)
+            if "stream" in self.options:
+                stream = self.stream(kwargs.pop("stream", None))
+        values = self.split(args, kwargs)
+        values = [check(v) for check, v in zip(self.checkers, values)]
+        self.check_counts(values)
+        dims = self.dims(values)
+        outputs = None if out is None else self.given_outputs(out, dims)
+        if self.written or outputs:
+            self.check_aliasing(values + (outputs or []))
+        return BoundCall(values, outputs, stream, dims)
+
+    def split(self, args: tuple, kwargs: dict) -> list:
+        """Positional and keyword arguments -> one value per parameter, in order."""
+        names = [p.name for p in self.params]
+        if not kwargs and len(args) == len(names):
+            return list(args)
+        call = f"{self.signature.name}()"
+        if len(args) > len(names):
+            raise ArgumentError(f"{call} takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        values = dict(zip(names, args))
+        for key, value in kwargs.items():
+            if key not in names:
+                known = ", ".join(names + list(self.options))
+                raise ArgumentError(f"{call} has no parameter '{key}' (parameters: {known})")
+            if key in values:
+                raise ArgumentError(f"{call} got parameter '{key}' twice")
+            values[key] = value
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ArgumentError(f"{call} is missing parameter{'s' if len(missing) > 1 else ''} "
+                                f"{', '.join(repr(m) for m in missing)}")
+        return [values[n] for n in names]
+
+    def stream(self, value):
+        if self._stream is None:
+            if value is not None:
+                raise ArgumentError("stream= is for the cuda backend; this backend runs on the CPU")
+            return None
+        return self._stream(value)
+
+    # ---- arrays
+    def _array_checker(self, param: SignatureParam) -> Callable[[object], object]:
+        dtype = param.type.numpy_dtype
+        full = functools.partial(self.check_array, param)
+        fast = self.arrays.fast(param, dtype)
+        if fast is None:
+            return full
+
+        def check(value):
+            array = fast(value)
+            return full(value) if array is None else array
+        return check
+
+    def check_array(self, param: SignatureParam, value, what: str = "parameter"):
+        """The checks every array argument (and out= array) passes: kind, dtype, layout, writeability."""
+        try:
+            array = self.arrays.adopt(value)
+        except ArgumentError as exc:
+            raise ArgumentError(f"{what} '{param.name}': {exc}") from None
+        dtype = param.type.numpy_dtype
+        if array.dtype != dtype:
+            raise ArgumentError(f"{what} '{param.name}': expected dtype {param.type} ({dtype}), got {array.dtype}")
+        if param.written and self.arrays.broadcast(array):
+            raise ArgumentError(f"{what} '{param.name}' is written, but the array is a broadcast view")
+        if param.written and not self.arrays.writeable(array):
+            raise ArgumentError(f"{what} '{param.name}' is {param.role}, but the array is read-only")
+        if not self.arrays.contiguous(array):
+            raise ArgumentError(f"{what} '{param.name}': the array is not C-contiguous (strides "
+                                f"{tuple(array.strides)}); pass a contiguous copy (ascontiguousarray)")
+        return array
+
+    def given_outputs(self, out, dims: dict[str, int]) -> list:
+        """The caller's `out=` arrays (one, or a tuple), checked."""
+        outputs = self.signature.outputs
+        given = out if isinstance(out, (tuple, list)) else (out,)
+        if len(given) != len(outputs):
+            raise ArgumentError(f"out= takes {len(outputs)} array{'s' if len(outputs) != 1 else ''} "
+                                f"({', '.join(o.name for o in outputs) or 'the pipeline has no outputs'}), "
+                                f"got {len(given)}")
+        result = []
+        for o, value in zip(outputs, given):
+            array = self.check_array(o, value, "output")
+            want = concrete(o.shape, dims)
+            if tuple(array.shape) != want:
+                raise ArgumentError(f"output '{o.name}': out= array has shape {tuple(array.shape)}, expected {want}")
+            result.append(array)
+        return result
+
+    def check_aliasing(self, arrays: list) -> None:
+        """A written array (inout or output) may share no memory with another array of the call."""
+        params = list(self.params) + list(self.signature.outputs)
+        spans = []
+        for p, a in zip(params, arrays):
+            if p.is_array:
+                start, end = self.arrays.span(a)
+                if end > start:
+                    spans.append((p, start, end))
+        for i, (a, a0, a1) in enumerate(spans):
+            for b, b0, b1 in spans[i + 1:]:
+                if (a.written or b.written) and a0 < b1 and b0 < a1:
+                    raise ArgumentError(f"'{a.name}' and '{b.name}' share memory, but "
+                                        f"'{a.name if a.written else b.name}' is written: pass separate arrays")
+
+    # ---- shapes
+    def dims(self, values: list) -> dict[str, int]:
+        """Dim name -> size, from the arrays' shapes (cached per shape signature)."""
+        shapes = tuple(tuple(values[i].shape) for i in self.array_positions)
+        dims = self._dims.get(shapes)
+        if dims is None:
+            if len(self._dims) >= 256:  # a caller cycling through many shapes: start afresh
+                self._dims.clear()
+            dims = self._dims[shapes] = bind_dims(self.signature, dict(zip(
+                (self.params[i].name for i in self.array_positions), shapes)))
+        return dims
+
+    # ---- repeat counts
+    def check_counts(self, values: list) -> None:
+        for i in self.counts:
+            count = values[i]
+            name = self.params[i].name
+            if count < 0:
+                raise ArgumentError(f"repeat count '{name}' is negative ({count})")
+            if count > MAX_COUNT:
+                raise ArgumentError(f"repeat count '{name}' is {count}; a count is at most 2**63 - 1")
+            if count == 0 and i in self.signature.counts_needing_one:
+                raise ArgumentError(f"repeat count '{name}' is 0, but a value only its loop assigns is read "
+                                    "after the loop: the loop must run at least once")
+
+
+def bind_dims(signature: CallSignature, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Dim name -> size, from the shapes of the array parameters; ArgumentError where they disagree."""
     dims: dict[str, int] = {}
     source: dict[str, str] = {}
-    for p in pipeline.params:
+    for p in signature.params:
         if not p.is_array:
             continue
         shape = tuple(shapes[p.name])
@@ -67,12 +234,16 @@ def bind_dims(pipeline: Pipeline, shapes: dict[str, tuple[int, ...]]) -> dict[st
             else:
                 dims[decl] = size
                 source[decl] = p.name
-    for eq in pipeline.dim_eqs:
+    for eq in signature.dim_equations:
         a, b = size_of(eq.a, dims), size_of(eq.b, dims)
         if a != b:
-            raise ArgumentError(f"dims '{eq.a}' ({a}) and '{eq.b}' ({b}) must be equal: they are broadcast "
-                                f"together at line {eq.loc.line} (only a literal 1 broadcasts)")
+            raise ArgumentError(f"dims {_dim_text(eq.a)} ({a}) and {_dim_text(eq.b)} ({b}) must be equal: they "
+                                f"are broadcast together at line {eq.line} (only a literal 1 broadcasts)")
     return dims
+
+
+def _dim_text(dim) -> str:
+    return f"'{dim}'" if isinstance(dim, str) else f"of literal size {dim}"
 
 
 def size_of(dim, dims: dict[str, int]) -> int:
@@ -83,10 +254,11 @@ def concrete(shape: Shape, dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(size_of(d, dims) for d in shape)
 
 
+# ---- scalars
 
 
-def check_scalar(p: Slot, value) -> object:
-    """A Python or NumPy scalar for a scalar parameter, as a Python value."""
+def check_scalar(p: SignatureParam, value) -> object:
+    """A Python or NumPy scalar for a scalar parameter, as a Python value of its kind."""
     t = p.type
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value[()]
@@ -105,24 +277,34 @@ def check_scalar(p: Slot, value) -> object:
         return int(value)
     if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
         raise ArgumentError(f"parameter '{p.name}' is {t}; got a complex number")
-    return _rounded(t.name, float(value))
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int beyond any float (10**400)
+        raise ArgumentError(f"parameter '{p.name}' is {t}; {value} is out of its range") from None
+    rounded = _rounded(t.name, as_float)
+    if math.isinf(rounded) and not math.isinf(as_float):
+        raise ArgumentError(f"parameter '{p.name}' is {t}; {value!r} is out of its range "
+                            f"(largest finite {float(np.finfo(t.numpy_dtype).max):g})")
+    return rounded
 
 
 @functools.lru_cache(maxsize=4096)
 def _rounded(type_name: str, value: float) -> float:
-    """A float rounded to a scalar type (1e6 as f16 is inf); cached, since a
-    pipeline's scalars (a learning rate, a scale) repeat from call to call."""
+    """A float rounded to a scalar type; cached, since a pipeline's scalars (a
+    learning rate, a scale) repeat from call to call."""
     with np.errstate(over="ignore"):
-        return float(np.asarray(value, numpy_dtype(BY_NAME[type_name])))
+        return float(np.asarray(value, BY_NAME[type_name].numpy_dtype))
 
 
-def scalar_checker(p: Slot):
+def scalar_checker(p: SignatureParam) -> Callable[[object], object]:
     """A fast `check_scalar` for one parameter: plain Python numbers of the
     right kind take a short path; anything else the full check."""
     t = p.type
-    if t.is_float and t.compute == t:  # f32, f64: the launch rounds to the parameter's type
+    if t.is_float and t.compute == t:  # f32, f64: finite values that stay finite
+        limit = float(np.finfo(t.numpy_dtype).max)
+
         def check(value):
-            return value if type(value) is float else check_scalar(p, value)
+            return value if type(value) is float and -limit <= value <= limit else check_scalar(p, value)
     elif t.is_int:
         lo, hi = INT_RANGE[t]
 

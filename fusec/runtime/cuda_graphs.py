@@ -1,7 +1,7 @@
 """CUDA graphs: a pipeline's launches captured once per argument signature and replayed."""
 from __future__ import annotations
 
-from fusec.compiler import Compiled
+from fusec.ir.launch import LaunchInterface
 from fusec.runtime.executor import Backend, Executor
 
 
@@ -21,8 +21,8 @@ class GraphExecutor(Executor):
 
     MAX_GRAPHS = 16
 
-    def __init__(self, compiled: Compiled, backend: Backend):
-        super().__init__(compiled, backend)
+    def __init__(self, interface: LaunchInterface, backend: Backend):
+        super().__init__(interface, backend)
         self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds, foreign)
 
     def __call__(self, *args, **kwargs):
@@ -39,18 +39,18 @@ class GraphExecutor(Executor):
         return entry[1]
 
     def _call_checked(self, args: tuple, kwargs: dict, key: tuple | None):
-        values, out, stream, sizes = self._bind(args, kwargs)
+        call = self.binder.bind(args, kwargs)
         if key is None:  # the checked values' key: with out= and stream= too
             pointer = self.backend.pointer
-            outs = () if out is None else tuple(map(pointer, out if isinstance(out, (tuple, list)) else (out,)))
-            key = ("checked", tuple(pointer(v) if is_array else v for v, is_array in zip(values, self._is_array)),
-                   tuple(values[i].shape for i in self.array_positions), outs)
+            outs = () if call.outputs is None else tuple(map(pointer, call.outputs))
+            key = ("checked", tuple(pointer(v) if is_array else v for v, is_array in zip(call.values, self._is_array)),
+                   tuple(call.values[i].shape for i in self.binder.array_positions), outs)
         entry = self._graphs.get(key)
         if entry is None:
-            self._allocate(values, out, sizes)
+            values, sizes = self._allocate(call)
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
             entry = self._graphs[key] = (graph, self._result(values), values, self._foreign(args, kwargs))
             if len(self._graphs) > self.MAX_GRAPHS:
                 del self._graphs[next(iter(self._graphs))]
-        self.backend.replay(entry[0], stream)
+        self.backend.replay(entry[0], call.stream)
         return entry[1]

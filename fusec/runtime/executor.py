@@ -1,38 +1,61 @@
-"""Running a compiled module, whatever executes the kernels.
+"""Running a compiled pipeline, whatever executes its kernels.
 
-A backend supplies array checks, allocation and the launch of one kernel;
-`Executor` binds the call's arguments, checks every array before anything
-launches (dtype, shape, device, layout, aliasing), allocates outputs and
-intermediate buffers, and launches the kernels in order.
+The executor reads the launch interface alone. A call is checked by the
+binder (every check before anything is allocated or launched); the outputs
+and temporaries are allocated; then each step launches its kernel: the first
+variant whose needs the arrays meet, over its grid, with its parameters filled
+from their sources. A backend loads the module and launches one function over
+a grid (`Backend`).
 """
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Callable, Protocol
 
-from fusec.compiler import Compiled
-from fusec.errors import ArgumentError
-from fusec.ir.kernels import Kernel, RepeatSteps, kernel_params, needs_coordinates, vector_alignment
-from fusec.ir.program import Slot
-from fusec.runtime.binder import bind_dims, concrete, numpy_dtype, scalar_checker, size_of, split_args
-
-# Threads per block: 256 is the usual choice for memory-bound elementwise
-# kernels (8 warps; 8 blocks fill an H200 SM's 2,048 threads).
-BLOCK_SIZE = 256
+from fusec.ir.launch import (
+    ArrayArg,
+    ConstArg,
+    CountArg,
+    DeviceFillGrid,
+    ElementGrid,
+    Extent,
+    KernelLaunch,
+    KernelParam,
+    LaunchInterface,
+    NumElements,
+    RepeatSteps,
+    ScalarArg,
+    Variant,
+    WorkItemGrid,
+    unhandled,
+)
+from fusec.runtime.binder import ArrayModel, Binder, BoundCall, concrete, size_of
 
 
 class Backend(Protocol):
-    def check_array(self, param: Slot, value) -> object:
-        """The array for an array parameter, or ArgumentError (kind, dtype, device, layout, writeable)."""
+    """What runs a module's kernels: its arrays, and launching one variant over a grid."""
 
-    def array_checker(self, param: Slot):
-        """A function doing `check_array` for this parameter, as fast as the backend can."""
+    arrays: ArrayModel
 
-    def span(self, array) -> tuple[int, int]:
-        """The address range [start, end) an array's elements occupy."""
+    def block(self, variant: str) -> int:
+        """Threads per block this function launches with (as many as its registers allow)."""
+
+    def fill_blocks(self, variant: str, block: int) -> int:
+        """Blocks that fill every SM at this function's occupancy (a device-filling grid)."""
+
+    def packer(self, param: KernelParam) -> Callable[[object], object] | None:
+        """How a value becomes this parameter's launch argument (None: passed as it is)."""
+
+    def launcher(self, variant: str, grid: int, block: int) -> Callable[..., None]:
+        """fire(args, stream=None): launches the function with packed arguments."""
+
+    def empty(self, shape: tuple[int, ...], dtype) -> object: ...
 
     def pointer(self, array) -> int:
         """The address of an array's first element."""
+
+    def address(self, pointer: int) -> object:
+        """A launch argument for an array given by its address alone."""
 
     def signature(self, value) -> tuple | None:
         """A cheap key for an array argument, before any check: equal keys mean
@@ -40,18 +63,6 @@ class Backend(Protocol):
 
     def signatures(self, arrays: list) -> object | None:
         """The signatures of many arrays, in any form that compares with ==."""
-
-    def empty(self, shape: tuple[int, ...], dtype) -> object: ...
-
-    def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        """Runs `kernel` (its vector variant if `vector`) over n elements; the backend picks the block size."""
-
-    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
-        """What launch() fixes for these sizes: a converter per argument (None:
-        passed as it is) and fire(converted arguments), on the current stream."""
-
-    def address(self, pointer: int) -> object:
-        """A launch argument for an array given by its address alone."""
 
     def foreign(self, value) -> bool:
         """Whether an array comes from another library (its import orders streams: see hand_off)."""
@@ -73,54 +84,43 @@ class Backend(Protocol):
     def replay(self, graph, stream) -> None: ...
 
 
+class _Kernel:
+    """One kernel's launch, prepared from its `KernelLaunch` for one backend."""
+
+    __slots__ = ("launch", "variants", "sources", "packers")
+
+    def __init__(self, launch: KernelLaunch, backend: Backend):
+        self.launch = launch
+        # (variant, the block size it launches with), in the order they are tried
+        self.variants = [(v, backend.block(v.name)) for v in launch.variants]
+        self.sources = [p.source for p in launch.params]
+        self.packers = [backend.packer(p) for p in launch.params]
+
+
 class Executor:
     """Calls a compiled pipeline.
 
-    What depends only on the pipeline is prepared once: a checker per
-    parameter, and each launch's arguments as positions in one flat list of
-    values (parameters, then outputs, then intermediates). What depends on the
-    arguments' shapes (dims, allocation shapes, each kernel's sizes) is prepared
-    once per shape signature and cached. And a plain call (no out=, no stream=)
-    whose arrays have the signatures of two earlier calls (address, shape,
-    layout, dtype; and the same repeat counts) replays the launches recorded
-    at the second (`_Call`): it checks its scalars, allocates its outputs and
-    launches.
+    What depends only on the pipeline is prepared once (the binder's checkers,
+    each kernel's argument sources and packers); what depends on the arrays'
+    shapes (allocation shapes, each kernel's sizes) once per shape signature.
+    A plain call (no out=, no stream=) whose arrays have the signatures of two
+    earlier calls (address, shape, layout, dtype; and the same repeat counts)
+    replays the launches recorded at the second (`_RecordedCall`): it checks
+    its scalars, allocates its outputs and launches.
     """
 
-    def __init__(self, compiled: Compiled, backend: Backend):
-        self.compiled = compiled
-        self.backend = backend
-        pipeline = self.pipeline = compiled.program.pipeline(compiled.plan.pipeline)
-        self.params = pipeline.params
-        names = [p.name for p in self.params]
-        # `out=` and `stream=` are call options unless the pipeline has a parameter of that name.
-        self.options = [o for o in ("out", "stream") if o not in names]
-        self.checkers = [backend.array_checker(p) if p.shape is not None else scalar_checker(p) for p in self.params]
-        self.array_positions = [i for i, p in enumerate(self.params) if p.shape is not None]
-        temps = [b for b in compiled.plan.buffers if b.name not in names
-                 and b.name not in {o.name for o in pipeline.outputs}]
-        self.temps = temps
-        slots = names + [o.name for o in pipeline.outputs] + [b.name for b in temps]
-        self.slot_names = slots
-        position = {name: i for i, name in enumerate(slots)}
-        self.roles = [p.role for p in self.params] + ["out"] * len(pipeline.outputs) + ["temp"] * len(temps)
-        # Aliasing can only happen through an inout parameter or a caller's out= array.
-        self.inout = [i for i, p in enumerate(self.params) if p.role == "inout"]
-        self.launches = []
-        for k in compiled.plan.kernels:
-            params = [(p.kind, position[p.key] if p.kind in ("array", "scalar", "pointers") else p.key)
-                      for p in kernel_params(k)]
-            alignment = [(position[buf], size) for buf, size in vector_alignment(k)]
-            self.launches.append((k, params, alignment, needs_coordinates(k)))
-        # The launch order: kernel indices, and Repeats of them (a repeat body not made persistent).
-        self.steps = compiled.plan.steps
-        counts = [s.count for s in self.steps if isinstance(s, RepeatSteps)] + \
-            [k.count for k in compiled.plan.kernels if k.count is not None]
-        self.counts = {c: position[c] for c in counts if isinstance(c, str)}
+    def __init__(self, interface: LaunchInterface, backend: Backend):
+        self.interface, self.backend = interface, backend
+        signature = self.signature = interface.signature
+        self.binder = Binder(signature, backend.arrays, backend.stream)
+        self.params = signature.params
+        self.n_outputs = len(signature.outputs)
+        self.kernels = [_Kernel(k, backend) for k in interface.kernels]
+        self.steps = interface.steps
         self._sizes: dict[tuple, _Sizes] = {}
-        self._is_array = [p.shape is not None for p in self.params]
-        self._count_positions = set(self.counts.values())
-        self._calls: dict[tuple, _Call] = {}
+        self._is_array = [p.is_array for p in self.params]
+        self._count_positions = set(signature.counts)
+        self._calls: dict[tuple, _RecordedCall] = {}
         self._seen: set[tuple] = set()  # keys of plain calls seen once
 
     def __call__(self, *args, **kwargs):
@@ -133,21 +133,21 @@ class Executor:
                 call = key = None
             if call is not None:
                 result = call.run(args)
-                if result is not _Call.MISALIGNED:
+                if result is not _RecordedCall.MISALIGNED:
                     return result
             elif key is not None:  # kept from its second sighting on, so that one-off calls cost no recording
                 record = key in self._seen
                 if len(self._seen) >= 256:  # a caller cycling through many arrays: start afresh
                     self._seen.clear()
                 self._seen.add(key)
-        values, out, stream, sizes = self._bind(args, kwargs)
-        self._allocate(values, out, sizes)
+        call = self.binder.bind(args, kwargs)
+        values, sizes = self._allocate(call)
         launched = [] if record else None
-        self._launch_all(values, sizes, stream, launched)
+        self._launch_all(values, sizes, call.stream, launched)
         if record:
             if len(self._calls) >= 256:
                 self._calls.clear()
-            self._calls[key] = _Call(self, values, sizes, launched, self._foreign(args, {}))
+            self._calls[key] = _RecordedCall(self, values, sizes, launched, self._foreign(args, {}))
         return self._result(values)
 
     def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
@@ -172,109 +172,113 @@ class Executor:
 
     def _foreign(self, args: tuple, kwargs: dict) -> bool:
         """Whether an array argument comes from another library (see Backend.hand_off)."""
-        arrays = [args[i] for i in self.array_positions if i < len(args)]
-        arrays += [kwargs[p.name] for p in self.params if p.shape is not None and p.name in kwargs]
+        arrays = [a for a, is_array in zip(args, self._is_array) if is_array]
+        arrays += [kwargs[p.name] for p in self.params if p.is_array and p.name in kwargs]
         return any(map(self.backend.foreign, arrays))
 
-    def _bind(self, args, kwargs):
-        """Checked arguments (a flat list), out=, stream=, and the sizes for these shapes."""
-        out = stream = None
-        if kwargs:
-            out = kwargs.pop("out", None) if "out" in self.options else None
-            stream = self.backend.stream(kwargs.pop("stream", None) if "stream" in self.options else None)
-        values = args if not kwargs and len(args) == len(self.params) else split_args(self.pipeline, args, kwargs)
-        values = [check(v) for check, v in zip(self.checkers, values)]
-        shapes = tuple(values[i].shape for i in self.array_positions)
+    def _allocate(self, call: BoundCall) -> tuple[list, "_Sizes"]:
+        """A checked call as one flat list of values (parameters, outputs,
+        temporaries: the signature's slots), and its sizes."""
+        sizes = self._sizes_for(call.values, call.dims)
+        empty = self.backend.empty
+        values = list(call.values)
+        values += call.outputs if call.outputs is not None else [empty(s, d) for s, d in sizes.outputs]
+        values += [empty(s, d) for s, d in sizes.temps]
+        return values, sizes
+
+    def _sizes_for(self, values: list, dims: dict[str, int]) -> "_Sizes":
+        shapes = tuple(values[i].shape for i in self.binder.array_positions)
         sizes = self._sizes.get(shapes)
         if sizes is None:
             if len(self._sizes) >= 256:  # a caller cycling through many shapes: start afresh
                 self._sizes.clear()
-            sizes = self._sizes[shapes] = self._prepare(values)
-        return values, out, stream, sizes
+            sizes = self._sizes[shapes] = self._prepare(dims)
+        return sizes
 
-    def _allocate(self, values: list, out, sizes: "_Sizes") -> None:
-        """Appends the outputs (allocated, or out=) and the intermediates to `values`."""
-        empty = self.backend.empty
-        if out is None:
-            values += [empty(shape, dtype) for shape, dtype in sizes.outputs]
-        else:
-            values += self._given_outputs(out, sizes)
-        if self.inout or out is not None:
-            self._check_aliasing(values)
-        values += [empty(shape, dtype) for shape, dtype in sizes.temps]
-
-    def _launch_all(self, values: list, sizes: "_Sizes", stream, launched: list | None = None) -> None:
-        """Every launch, in order; `launched` collects (kernel index, arguments, vector) of each."""
-        counts = {}
-        for name, position in self.counts.items():  # checked before anything launches
-            counts[name] = values[position]
-            if counts[name] < 0:
-                raise ArgumentError(f"repeat count '{name}' is negative ({counts[name]})")
-        for step in self.steps:
-            if isinstance(step, RepeatSteps):
-                for _ in range(step.count if isinstance(step.count, int) else counts[step.count]):
-                    for k in step.kernels:
-                        self._launch(k, values, sizes, stream, counts, launched)
-            else:
-                self._launch(step, values, sizes, stream, counts, launched)
-
-    def _launch(self, index: int, values: list, sizes: "_Sizes", stream, counts: dict,
-                launched: list | None) -> None:
-        (kernel, params, alignment, coordinates), (n, extents) = self.launches[index], sizes.kernels[index]
-        if n == 0:
-            return
-        launch_args = [values[key] if kind in ("array", "scalar") else n if kind == "numel"
-                       else (key if isinstance(key, int) else counts[key]) if kind == "count" else extents[key]
-                       for kind, key in params]
-        # The 16-byte variant where every vector access is aligned (and, with
-        # broadcasts, rows hold whole vectors); else one element per thread.
-        pointer = self.backend.pointer
-        vector = all(pointer(values[i]) % size == 0 for i, size in alignment) and \
-            (not coordinates or extents[-1] % kernel.vector == 0)
-        self.backend.launch(kernel, n, launch_args, stream, vector)
-        if launched is not None:
-            launched.append((index, launch_args, vector))
-
-    def _result(self, values: list):
-        first = len(self.params)
-        return as_result(values[first:first + len(self.pipeline.outputs)])
-
-    def _prepare(self, values: list) -> "_Sizes":
-        dims = bind_dims(self.pipeline, {self.params[i].name: values[i].shape for i in self.array_positions})
-        outputs = [(concrete(o.shape, dims), numpy_dtype(o.type)) for o in self.pipeline.outputs]
-        temps = [(concrete(b.shape, dims), numpy_dtype(b.type)) for b in self.temps]
+    def _prepare(self, dims: dict[str, int]) -> "_Sizes":
+        signature = self.signature
+        outputs = [(concrete(o.shape, dims), o.type.numpy_dtype) for o in signature.outputs]
+        temps = [(concrete(t.shape, dims), t.type.numpy_dtype) for t in signature.temporaries]
         kernels = []
-        for kernel, *_ in self.launches:
+        for k in self.kernels:
+            kernel = k.launch.kernel
             extents = [math.prod(size_of(d, dims) for d in e) for e in kernel.extents]
             kernels.append((math.prod(size_of(d, dims) for d in kernel.shape), extents))
         return _Sizes(outputs, temps, kernels)
 
-    def _given_outputs(self, out, sizes: "_Sizes") -> list:
-        """The caller's `out=` arrays (one, or a tuple), checked."""
-        outputs = self.pipeline.outputs
-        given = out if isinstance(out, (tuple, list)) else (out,)
-        if len(given) != len(outputs):
-            raise ArgumentError(f"out= takes {len(outputs)} array{'s' if len(outputs) != 1 else ''} "
-                                f"({', '.join(o.name for o in outputs)}), got {len(given)}")
-        result = []
-        for o, array, (want, _) in zip(outputs, given, sizes.outputs):
-            array = self.backend.check_array(o, array)
-            if tuple(array.shape) != want:
-                raise ArgumentError(f"output '{o.name}': out= array has shape {tuple(array.shape)}, expected {want}")
-            result.append(array)
-        return result
+    def _launch_all(self, values: list, sizes: "_Sizes", stream, launched: list | None = None) -> None:
+        """Every step, in order; `launched` collects (kernel index, variant, grid, arguments) of each launch."""
+        for step in self.steps:
+            if isinstance(step, RepeatSteps):
+                for _ in range(_count(step.count, values)):
+                    for k in step.kernels:
+                        self._launch(k, values, sizes, stream, launched)
+            else:
+                self._launch(step, values, sizes, stream, launched)
 
-    def _check_aliasing(self, values: list) -> None:
-        """A written array (inout or output) may share no memory with another array argument."""
-        arrays = [(self.slot_names[i], self.roles[i], self.backend.span(v)) for i, v in enumerate(values)
-                  if self.roles[i] != "scalar"]
-        for i, (a, role_a, (a0, a1)) in enumerate(arrays):
-            for b, role_b, (b0, b1) in arrays[i + 1:]:
-                if role_a == "in" and role_b == "in":
-                    continue  # two inputs may share memory: both are only read
-                if a0 < b1 and b0 < a1:
-                    raise ArgumentError(f"'{a}' and '{b}' share memory, but '{a if role_a != 'in' else b}' "
-                                        "is written: pass separate arrays")
+    def _launch(self, index: int, values: list, sizes: "_Sizes", stream, launched: list | None) -> None:
+        kernel = self.kernels[index]
+        n, extents = sizes.kernels[index]
+        if n == 0:
+            return
+        args = [_argument(source, values, n, extents) for source in kernel.sources]
+        variant, block = self._variant(kernel, values, extents)
+        grid = self._grid(variant, block, n)
+        packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
+        fire = self.backend.launcher(variant.name, grid, block)
+        if stream is None:
+            fire(packed)
+        else:
+            fire(packed, stream=stream)
+        if launched is not None:
+            launched.append((index, variant, grid, block, args))
+
+    def _variant(self, kernel: _Kernel, values: list, extents: list[int]) -> tuple[Variant, int]:
+        """The first variant whose arrays are aligned as it needs (and, with
+        broadcasts, whose rows hold whole vectors); the last needs nothing."""
+        pointer = self.backend.pointer
+        for variant, block in kernel.variants:
+            if all(pointer(values[slot]) % size == 0 for slot, size in variant.alignment) and \
+                    (not variant.whole_rows or extents[-1] % variant.elements_per_thread == 0):
+                return variant, block
+        raise AssertionError(f"{kernel.launch.name}: no variant without needs")  # the plan always ends with one
+
+    def _grid(self, variant: Variant, block: int, n: int) -> int:
+        """Blocks for `n` elements (for a WorkItemGrid, `n` work items)."""
+        match variant.grid:
+            case ElementGrid():
+                return -(-(-(-n // variant.elements_per_thread)) // block)
+            case DeviceFillGrid():
+                blocks = -(-(-(-n // variant.elements_per_thread)) // block)
+                return min(blocks, self.backend.fill_blocks(variant.name, block))
+            case WorkItemGrid():
+                return min(n, self.backend.fill_blocks(variant.name, block))
+            case grid:
+                unhandled(grid)
+
+    def _result(self, values: list):
+        first = len(self.params)
+        return as_result(values[first:first + self.n_outputs])
+
+
+def _count(count, values: list) -> int:
+    return count if isinstance(count, int) else values[count.slot]
+
+
+def _argument(source, values: list, n: int, extents: list[int]):
+    match source:
+        case ArrayArg(slot) | ScalarArg(slot):
+            return values[slot]
+        case CountArg(slot):
+            return values[slot]
+        case ConstArg(value):
+            return value
+        case NumElements():
+            return n
+        case Extent(dim):
+            return extents[dim]
+        case _:
+            unhandled(source)
 
 
 def as_result(outputs: list):
@@ -283,7 +287,7 @@ def as_result(outputs: list):
 
 
 class _Sizes:
-    """What one shape signature fixes: output and intermediate shapes, and each kernel's sizes."""
+    """What one shape signature fixes: output and temporary shapes, and each kernel's sizes."""
 
     __slots__ = ("outputs", "temps", "kernels")
 
@@ -291,11 +295,11 @@ class _Sizes:
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
 
 
-class _Call:
+class _RecordedCall:
     """A plain call seen twice, replayed for calls with its key (`Executor._call_key`):
     every check that depends on the arrays was made then, and each launch is
-    fixed but for the scalars and the new outputs and intermediates. Input
-    arrays are held by address only, so nothing is kept alive."""
+    fixed but for the scalars and the new outputs and temporaries. Input arrays
+    are held by address only, so nothing is kept alive."""
 
     MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
 
@@ -305,28 +309,27 @@ class _Call:
         self.hand_off = backend.hand_off if foreign else None
         self.allocations = list(sizes.outputs) + list(sizes.temps)
         self.n_outputs = len(sizes.outputs)
-        self.scalars = [(i, check) for i, (check, is_array) in enumerate(zip(executor.checkers, executor._is_array))
-                        if not is_array]
+        checkers = executor.binder.checkers
+        self.scalars = [(i, checkers[i]) for i, is_array in enumerate(executor._is_array) if not is_array]
         scalar_index = {i: j for j, (i, _) in enumerate(self.scalars)}  # parameter position -> index in scalars
         self.alignment: set[tuple[int, int]] = set()
         self.launches = []
-        for index, args, vector in launched:
-            kernel, params, alignment, _ = executor.launches[index]
-            converters, fire = backend.prepare_launch(kernel, sizes.kernels[index][0], vector)
+        for index, variant, grid, block, args in launched:
+            kernel = executor.kernels[index]
+            fire = backend.launcher(variant.name, grid, block)
             template, new, scalars = [], [], []
-            for at, ((kind, key), convert, value) in enumerate(zip(params, converters, args)):
-                if kind == "array" and key >= first:  # an output or intermediate: new each call
-                    new.append((at, key - first))
+            for at, (source, pack, value) in enumerate(zip(kernel.sources, kernel.packers, args)):
+                if isinstance(source, ArrayArg) and source.slot >= first:  # an output or temporary: new each call
+                    new.append((at, source.slot - first))
                     value = None
-                elif kind == "array":
+                elif isinstance(source, ArrayArg):
                     value = backend.address(backend.pointer(value))
-                elif kind == "scalar":
-                    scalars.append((at, scalar_index[key], convert))
-                elif convert is not None:
-                    value = convert(value)
+                elif isinstance(source, ScalarArg):
+                    scalars.append((at, scalar_index[source.slot], pack))
+                elif pack is not None:
+                    value = pack(value)
                 template.append(value)
-            if vector:
-                self.alignment |= {(i - first, size) for i, size in alignment if i >= first}
+            self.alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
             self.launches.append((template, new, scalars, fire))
 
     def run(self, args: tuple):
@@ -341,7 +344,7 @@ class _Call:
             launch_args = template.copy()
             for at, k in outputs:
                 launch_args[at] = new[k]
-            for at, j, convert in scalar_args:
-                launch_args[at] = scalars[j] if convert is None else convert(scalars[j])
+            for at, j, pack in scalar_args:
+                launch_args[at] = scalars[j] if pack is None else pack(scalars[j])
             fire(launch_args)
         return as_result(new[:self.n_outputs])

@@ -8,7 +8,8 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // swiglu_k0_s: s over [tokens, hidden]
-// reads gate; writes s; estimated 13 registers
+// reads gate; writes s
+// swiglu_k0_s: one element per thread; estimated 13 registers.
 extern "C" __global__ void swiglu_k0_s(
     const __nv_bfloat16* __restrict__ gate,
     __nv_bfloat16* __restrict__ s,
@@ -23,7 +24,7 @@ extern "C" __global__ void swiglu_k0_s(
     s[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them).
+// swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 27 registers.
 extern "C" __global__ void swiglu_k0_s_v8(
     const __nv_bfloat16* __restrict__ gate,
     __nv_bfloat16* __restrict__ s,
@@ -56,7 +57,8 @@ extern "C" __global__ void swiglu_k0_s_v8(
 }
 
 // swiglu_k1_out: out over [tokens, hidden]
-// reads s, up; writes out; estimated 11 registers
+// reads s, up; writes out
+// swiglu_k1_out: one element per thread; estimated 11 registers.
 extern "C" __global__ void swiglu_k1_out(
     const __nv_bfloat16* __restrict__ s,
     const __nv_bfloat16* __restrict__ up,
@@ -72,7 +74,7 @@ extern "C" __global__ void swiglu_k1_out(
     out[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them).
+// swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 32 registers.
 extern "C" __global__ void swiglu_k1_out_v8(
     const __nv_bfloat16* __restrict__ s,
     const __nv_bfloat16* __restrict__ up,

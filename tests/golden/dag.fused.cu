@@ -6,7 +6,8 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // dag_k0: d -> sum_sq -> gated over [n]
-// reads a, b, c; writes sum_sq, gated; estimated 18 registers
+// reads a, b, c; writes sum_sq, gated
+// dag_k0: one element per thread; estimated 18 registers.
 extern "C" __global__ void dag_k0(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -31,7 +32,7 @@ extern "C" __global__ void dag_k0(
     gated[i] = v9;
 }
 
-// dag_k0_v4: the same, 4 elements per thread (each array one aligned vector of them).
+// dag_k0_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 33 registers.
 extern "C" __global__ void dag_k0_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,

@@ -6,7 +6,8 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // dag_k0_d: d over [n]
-// reads a, b, c; writes d; estimated 13 registers
+// reads a, b, c; writes d
+// dag_k0_d: one element per thread; estimated 13 registers.
 extern "C" __global__ void dag_k0_d(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -24,7 +25,7 @@ extern "C" __global__ void dag_k0_d(
     d[i] = v4;
 }
 
-// dag_k0_d_v4: the same, 4 elements per thread (each array one aligned vector of them).
+// dag_k0_d_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 25 registers.
 extern "C" __global__ void dag_k0_d_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -63,7 +64,8 @@ extern "C" __global__ void dag_k0_d_v4(
 }
 
 // dag_k1_sum_sq: sum_sq over [n]
-// reads d, a; writes sum_sq; estimated 11 registers
+// reads d, a; writes sum_sq
+// dag_k1_sum_sq: one element per thread; estimated 11 registers.
 extern "C" __global__ void dag_k1_sum_sq(
     const float* __restrict__ d,
     const float* __restrict__ a,
@@ -79,7 +81,7 @@ extern "C" __global__ void dag_k1_sum_sq(
     sum_sq[i] = v3;
 }
 
-// dag_k1_sum_sq_v4: the same, 4 elements per thread (each array one aligned vector of them).
+// dag_k1_sum_sq_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 20 registers.
 extern "C" __global__ void dag_k1_sum_sq_v4(
     const float* __restrict__ d,
     const float* __restrict__ a,
@@ -114,7 +116,8 @@ extern "C" __global__ void dag_k1_sum_sq_v4(
 }
 
 // dag_k2_gated: gated over [n]
-// reads d, c, b; writes gated; estimated 15 registers
+// reads d, c, b; writes gated
+// dag_k2_gated: one element per thread; estimated 15 registers.
 extern "C" __global__ void dag_k2_gated(
     const float* __restrict__ d,
     const float* __restrict__ c,
@@ -133,7 +136,7 @@ extern "C" __global__ void dag_k2_gated(
     gated[i] = v5;
 }
 
-// dag_k2_gated_v4: the same, 4 elements per thread (each array one aligned vector of them).
+// dag_k2_gated_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 27 registers.
 extern "C" __global__ void dag_k2_gated_v4(
     const float* __restrict__ d,
     const float* __restrict__ c,

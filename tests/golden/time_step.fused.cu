@@ -2,7 +2,8 @@
 // Regenerate with `fusec compile`; do not edit.
 
 // time_step_k0: v -> x over [n]
-// reads v, stiffness, x; writes v, x; estimated 28 registers
+// reads v, stiffness, x; writes v, x
+// time_step_k0: a grid-stride loop; estimated 28 registers.
 extern "C" __global__ void time_step_k0(
     float* __restrict__ v,
     const float* __restrict__ stiffness,

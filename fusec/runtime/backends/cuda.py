@@ -23,12 +23,9 @@ import numpy as np
 
 from fusec import __version__
 from fusec.cache import cache_dir
-from fusec.compiler import Compiled
 from fusec.errors import ArgumentError
-from fusec.ir.kernels import Kernel, kernel_params, variant_names
-from fusec.ir.program import Slot
-from fusec.runtime.binder import numpy_dtype
-from fusec.runtime.executor import BLOCK_SIZE
+from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam
+from fusec.target import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
 
@@ -110,98 +107,66 @@ def function_attribute(function, attribute: int) -> int:
     return cupy().cuda.driver.funcGetAttribute(attribute, function.ptr)
 
 
-_SCALAR_TYPES = {"bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-                 "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64, "f16": np.float32,
-                 "bf16": np.float32, "f32": np.float32, "f64": np.float64}
-
-
 class CudaBackend:
-    def __init__(self, compiled: Compiled, arch: str | None = None):
-        cp = cupy()
-        self.cp = cp
+    """Loads a module on the current device and launches its functions (CuPy)."""
+
+    def __init__(self, cuda_source: str, interface: LaunchInterface, arch: str | None = None):
+        cp = self.cp = cupy()
         self.device = cp.cuda.Device().id
-        self.compiled = compiled
         self.arch = arch or device_arch()
-        module = load_module(compiled.cuda, self.arch)
-        self.kernels = {}   # variant name -> (function, block)
-        self.persistent_grids: dict[str, int] = {}  # a persistent kernel's blocks, once computed
-        self.launchers = {}  # kernel name -> (converters, (scalar variant, vector variant))
-        self._reader_cache: dict[type, tuple | None] = {}
-        for kernel in compiled.plan.kernels:
-            for name in dict.fromkeys(variant_names(kernel)):
-                function = module.get_function(name)
-                # The block is as large as the kernel's real register use allows.
+        self.arrays = DeviceArrays(cp, self.device)
+        module = load_module(cuda_source, self.arch)
+        self.functions = {}  # variant -> (function, block)
+        for launch in interface.kernels:
+            for variant in launch.variants:
+                function = module.get_function(variant.name)
+                # The block is as large as the function's real register use allows.
                 block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
-                self.kernels[name] = (function, block)
-            converters = [_converter(p) for p in kernel_params(kernel)]
-            self.launchers[kernel.name] = (converters, tuple(self.kernels[n] for n in variant_names(kernel)))
+                self.functions[variant.name] = (function, block)
+        self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
+        self._reader_cache: dict[type, tuple | None] = {}
 
-    def attributes(self, kernel_name: str) -> dict:
-        """What the compiled kernel really uses, for the report."""
-        out = {"arch": self.arch}
-        for variant, suffix in zip(variant_names(self._plan_kernel(kernel_name)), ("", "_vector")):
-            function, block = self.kernels[variant]
-            out |= {f"num_regs{suffix}": function_attribute(function, _NUM_REGS),
-                    f"local_size_bytes{suffix}": function_attribute(function, _LOCAL_SIZE_BYTES),
-                    f"block{suffix}": block}
-        return out
+    def attributes(self, variant: str) -> dict:
+        """What the compiled function really uses, for the report."""
+        function, block = self.functions[variant]
+        return {"arch": self.arch, "num_regs": function_attribute(function, _NUM_REGS),
+                "local_size_bytes": function_attribute(function, _LOCAL_SIZE_BYTES), "block": block}
 
-    def _plan_kernel(self, name: str) -> Kernel:
-        return next(k for k in self.compiled.plan.kernels if k.name == name)
+    # ---- launching
+    def block(self, variant: str) -> int:
+        return self.functions[variant][1]
 
-    # ---- the Backend protocol
-    def array_checker(self, param: Slot):
-        """The common case (a contiguous CuPy array of the right dtype on this
-        device) in a few attribute reads; anything else the full check."""
-        ndarray, expected, device = self.cp.ndarray, numpy_dtype(param.type), self.device
-        written = param.role in ("inout", "out")
+    def fill_blocks(self, variant: str, block: int) -> int:
+        blocks = self._fill.get(variant)
+        if blocks is None:
+            blocks = self._fill[variant] = self._device_filling_blocks(self.functions[variant][0], block)
+        return blocks
 
-        def check(value):
-            if type(value) is ndarray and value.dtype == expected and value.data.device_id == device \
-                    and value._c_contiguous and not (written and 0 in value._strides):
-                return value
-            return self.check_array(param, value)
-        return check
-
-    def check_array(self, param: Slot, value):
-        cp = self.cp
-        if isinstance(value, np.ndarray):
-            raise ArgumentError(f"parameter '{param.name}': a NumPy array is in host memory; the cuda backend "
-                                "takes CuPy arrays (cupy.asarray(x)) or GPU arrays with DLPack or "
-                                "__cuda_array_interface__")
-        if not isinstance(value, cp.ndarray):
-            value = self._import_array(param, value)
-        if value.device.id != self.device:
-            raise ArgumentError(f"parameter '{param.name}': the array is on device {value.device.id}, but this "
-                                f"pipeline runs on device {self.device} (use `with cupy.cuda.Device({value.device.id}):`)")
-        expected = numpy_dtype(param.type)
-        if value.dtype != expected:
-            raise ArgumentError(f"parameter '{param.name}': expected dtype {param.type} ({expected}), got {value.dtype}")
-        if param.role in ("inout", "out") and 0 in value.strides and value.size > 1:
-            raise ArgumentError(f"parameter '{param.name}' is written, but the array is a broadcast view")
-        if not value.flags.c_contiguous:
-            raise ArgumentError(f"parameter '{param.name}': the array is not C-contiguous (strides {value.strides}); "
-                                "pass cupy.ascontiguousarray(...)")
-        return value
-
-    def _import_array(self, param: Slot, value):
-        """A GPU array from another library, without a copy (DLPack first: it carries bf16)."""
-        cp = self.cp
+    def _device_filling_blocks(self, function, block: int) -> int:
+        """Blocks that fill every SM at the function's occupancy (from its real register use)."""
+        device = self.cp.cuda.Device()
         try:
-            if hasattr(value, "__dlpack__"):
-                return cp.from_dlpack(value)
-            if hasattr(value, "__cuda_array_interface__"):
-                return cp.asarray(value)
-        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
-            raise ArgumentError(f"parameter '{param.name}': cannot use this array on the GPU ({exc})") from None
-        raise ArgumentError(f"parameter '{param.name}': expected a GPU array, got {type(value).__name__}")
+            per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, block, 0)
+        except AttributeError:  # an older CuPy: the thread limit alone
+            per_sm = device.attributes["MaxThreadsPerMultiProcessor"] // block
+        return max(1, per_sm) * device.attributes["MultiProcessorCount"]
 
-    def span(self, array) -> tuple[int, int]:
-        start = array.data.ptr
-        return start, start + array.nbytes
+    def packer(self, param: KernelParam):
+        # CuPy packs a NumPy scalar by its dtype and a CuPy array as its address.
+        return None if param.pack is None else param.pack.numpy_dtype.type
+
+    def launcher(self, variant: str, grid: int, block: int):
+        return functools.partial(self.functions[variant][0], (grid,), (block,))
+
+    # ---- arrays
+    def empty(self, shape, dtype):
+        return self.cp.empty(shape, dtype)
 
     def pointer(self, array) -> int:
         return array.data.ptr
+
+    def address(self, pointer: int):
+        return np.uint64(pointer)  # a pointer parameter's 8 bytes, as CuPy packs an array's
 
     def signature(self, value) -> tuple | None:
         if type(value) is self.cp.ndarray:  # the common case, inline (a graph replay's key)
@@ -240,9 +205,12 @@ class CudaBackend:
             self._reader_cache[kind] = readers
         return self._reader_cache[kind]
 
-    def empty(self, shape, dtype):
-        return self.cp.empty(shape, dtype)
+    def table(self, array: np.ndarray):
+        # Freed after the call returns: CuPy's pool hands its memory to a later
+        # allocation on the same stream, whose use is ordered after the kernel.
+        return self.cp.asarray(array)
 
+    # ---- streams and graphs
     def stream(self, value):
         cp = self.cp
         if value is None or isinstance(value, cp.cuda.Stream):
@@ -256,11 +224,6 @@ class CudaBackend:
         raise ArgumentError(f"stream= takes a CuPy stream or an object with __cuda_stream__, "
                             f"got {type(value).__name__}")
 
-    def table(self, array: np.ndarray):
-        # Freed after the call returns: CuPy's pool hands its memory to a later
-        # allocation on the same stream, whose use is ordered after the kernel.
-        return self.cp.asarray(array)
-
     def capture(self, launch):
         """The CUDA graph of what launch(stream) enqueues, captured on a stream of its own."""
         stream = self.cp.cuda.Stream(non_blocking=True)
@@ -273,20 +236,6 @@ class CudaBackend:
 
     def replay(self, graph, stream) -> None:
         graph.launch(stream)  # None: the current stream
-
-    def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        converters, fire = self.prepare_launch(kernel, n, vector)
-        converted = [a if convert is None else convert(a) for convert, a in zip(converters, args)]
-        if stream is None:
-            fire(converted)
-        else:
-            fire(converted, stream=stream)
-
-    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
-        converters, variants = self.launchers[kernel.name]
-        function, block = variants[vector]
-        blocks = self._blocks(kernel, function, block, n, vector)
-        return converters, functools.partial(function, (blocks,), (block,))
 
     def foreign(self, value) -> bool:
         return type(value) is not self.cp.ndarray
@@ -308,27 +257,61 @@ class CudaBackend:
         event.record(self.stream(_StreamHandle(producer)))
         consumer.wait_event(event)
 
-    def address(self, pointer: int):
-        return np.uint64(pointer)  # a pointer parameter's 8 bytes, as CuPy packs an array's
 
-    def _blocks(self, kernel: Kernel, function, block: int, n: int, vector: bool) -> int:
-        threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
-        blocks = -(-threads // block)
-        if kernel.persistent:  # a grid that just fills the device, each thread striding
-            grid = self.persistent_grids.get(kernel.name)
-            if grid is None:
-                grid = self.persistent_grids[kernel.name] = self._persistent_blocks(function, block)
-            blocks = min(blocks, grid)
-        return blocks
+class DeviceArrays:
+    """The cuda backend's arrays for the binder: CuPy arrays on this device, or
+    any GPU array with DLPack or __cuda_array_interface__ (used in place)."""
 
-    def _persistent_blocks(self, function, block: int) -> int:
-        """Blocks that fill every SM at the kernel's occupancy (from its real register use)."""
-        device = self.cp.cuda.Device()
+    def __init__(self, cp, device: int):
+        self.cp, self.device = cp, device
+
+    def adopt(self, value):
+        cp = self.cp
+        if isinstance(value, np.ndarray):
+            raise ArgumentError("a NumPy array is in host memory; the cuda backend takes CuPy arrays "
+                                "(cupy.asarray(x)) or GPU arrays with DLPack or __cuda_array_interface__")
+        if not isinstance(value, cp.ndarray):
+            value = self._import(value)
+        if value.device.id != self.device:
+            raise ArgumentError(f"the array is on device {value.device.id}, but this pipeline runs on device "
+                                f"{self.device} (use `with cupy.cuda.Device({value.device.id}):`)")
+        return value
+
+    def _import(self, value):
+        """A GPU array from another library, without a copy (DLPack first: it carries bf16)."""
+        cp = self.cp
         try:
-            per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, block, 0)
-        except AttributeError:  # an older CuPy: the thread limit alone
-            per_sm = device.attributes["MaxThreadsPerMultiProcessor"] // block
-        return max(1, per_sm) * device.attributes["MultiProcessorCount"]
+            if hasattr(value, "__dlpack__"):
+                return cp.from_dlpack(value)
+            if hasattr(value, "__cuda_array_interface__"):
+                return cp.asarray(value)
+        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+            raise ArgumentError(f"cannot use this array on the GPU ({exc})") from None
+        raise ArgumentError(f"expected a GPU array, got {type(value).__name__}")
+
+    def contiguous(self, array) -> bool:
+        return array.flags.c_contiguous
+
+    def broadcast(self, array) -> bool:
+        return 0 in array.strides and array.size > 1
+
+    def writeable(self, array) -> bool:
+        return True
+
+    def span(self, array) -> tuple[int, int]:
+        start = array.data.ptr
+        return start, start + array.nbytes
+
+    def fast(self, param: SignatureParam, dtype):
+        """A contiguous CuPy array of the right dtype on this device, in a few attribute reads."""
+        ndarray, device, written = self.cp.ndarray, self.device, param.written
+
+        def check(value):
+            if type(value) is ndarray and value.dtype == dtype and value.data.device_id == device \
+                    and value._c_contiguous and not (written and 0 in value._strides):
+                return value
+            return None
+        return check
 
 
 class _StreamHandle:
@@ -343,15 +326,6 @@ class _StreamHandle:
 
 _cupy_pointer = operator.attrgetter("data.ptr")
 _shape, _strides, _dtype = (operator.attrgetter(name) for name in ("shape", "strides", "dtype"))
-
-
-def _converter(param):
-    """How a launch argument becomes a kernel parameter (None: as it is, an array)."""
-    if param.kind in ("array", "pointers", "table"):
-        return None
-    if param.kind == "scalar":
-        return _SCALAR_TYPES[param.type.name]
-    return np.int64
 
 
 @functools.cache

@@ -17,14 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from fusec.cache import cache_dir
-from fusec.codegen.cexpr import scalar_param_type, storage_type
-from fusec.codegen.emit import environment
-from fusec.compiler import Compiled
+from fusec.codegen.sim_launcher import emit_sim_launcher
 from fusec.errors import ArgumentError
-from fusec.ir.kernels import Kernel, kernel_params, variant_names
-from fusec.ir.program import Slot
-from fusec.runtime.binder import numpy_dtype
-from fusec.runtime.executor import BLOCK_SIZE
+from fusec.ir.launch import KernelParam, LaunchInterface
+from fusec.runtime.host_arrays import HostArrays
+from fusec.target import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
 # The sim's "persistent" grid: small, so that every thread strides over several elements.
@@ -32,11 +29,6 @@ PERSISTENT_SIM_BLOCKS = 2
 # -fwrapv: signed overflow wraps, as on the GPU; -ffp-contract=off: no FMA
 # contraction, so f32 arithmetic rounds after each operation, as NumPy does.
 CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
-
-_CTYPES = {"bool": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
-           "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
-           "u64": ctypes.c_uint64, "f16": ctypes.c_float, "bf16": ctypes.c_float, "f32": ctypes.c_float,
-           "f64": ctypes.c_double}
 
 
 def cuda_include_dir() -> str | None:
@@ -53,49 +45,31 @@ def cuda_include_dir() -> str | None:
 
 
 class SimBackend:
-    def __init__(self, compiled: Compiled):
-        self.lib = ctypes.CDLL(str(self._build(compiled)))
+    """Builds the module for the host and runs each launch's whole grid, thread by thread."""
+
+    def __init__(self, cuda_source: str, interface: LaunchInterface):
+        self.arrays = HostArrays("the sim backend")
+        self.lib = ctypes.CDLL(str(self._build(cuda_source, interface)))
         self.launched: list[str] = []  # variant names, in order (tests read which variant ran)
         self.functions = {}
-        for kernel in compiled.plan.kernels:
-            for name in dict.fromkeys(variant_names(kernel)):
-                fn = getattr(self.lib, f"fz_launch_{name}")
-                fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in kernel_params(kernel)]
-                fn.restype = None
-                self.functions[name] = fn
+        for launch in interface.kernels:
+            argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in launch.params]
+            for variant in launch.variants:
+                fn = getattr(self.lib, f"fz_launch_{variant.name}")
+                fn.argtypes, fn.restype = argtypes, None
+                self.functions[variant.name] = fn
 
-    def _build(self, compiled: Compiled) -> Path:
-        launchers = []
-        for kernel in compiled.plan.kernels:
-            params, args = [], []
-            for j, p in enumerate(kernel_params(kernel)):
-                if p.kind == "array":
-                    params.append(f"void* a{j}")
-                    args.append(f"({storage_type(p.type)}*)a{j}")
-                elif p.kind == "pointers":
-                    params.append(f"void* a{j}")
-                    args.append(f"({'' if p.written else 'const '}{storage_type(p.type)}* const*)a{j}")
-                elif p.kind == "table":
-                    params.append(f"void* a{j}")
-                    args.append(f"(const long long*)a{j}")
-                elif p.kind == "scalar":
-                    params.append(f"{scalar_param_type(p.type)} a{j}")
-                    args.append(f"a{j}")
-                else:
-                    params.append(f"long long a{j}")
-                    args.append(f"a{j}")
-            launchers += [{"name": name, "params": params, "args": args}
-                          for name in dict.fromkeys(variant_names(kernel))]
-        launcher = environment().get_template("sim_launcher.cpp.j2").render(module="module.cu", kernels=launchers)
+    def _build(self, cuda_source: str, interface: LaunchInterface) -> Path:
+        launcher = emit_sim_launcher(interface, "module.cu")
         include = cuda_include_dir()
         command = ["g++", *CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
-        key = hashlib.sha256("\0".join([compiled.cuda, launcher, SHIM.read_text(), *command]).encode()).hexdigest()
+        key = hashlib.sha256("\0".join([cuda_source, launcher, SHIM.read_text(), *command]).encode()).hexdigest()
         folder = cache_dir("sim") / key[:24]
         library = folder / "module.so"
         if library.exists():
             return library
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "module.cu").write_text(compiled.cuda)
+        (folder / "module.cu").write_text(cuda_source)
         (folder / "launch.cpp").write_text(launcher)
         partial = folder / f"module.{os.getpid()}.so"
         proc = subprocess.run(command + ["launch.cpp", "-o", partial.name], cwd=folder, capture_output=True, text=True)
@@ -104,21 +78,34 @@ class SimBackend:
         partial.replace(library)  # atomic: a concurrent build never sees half a file
         return library
 
-    # ---- the Backend protocol
-    def check_array(self, param: Slot, value):
-        if not isinstance(value, np.ndarray):
-            kind = "a GPU array" if hasattr(value, "__cuda_array_interface__") else type(value).__name__
-            raise ArgumentError(f"parameter '{param.name}': the sim backend takes NumPy arrays, got {kind}")
-        return check_host_array(param, value)
+    # ---- launching
+    def block(self, variant: str) -> int:
+        return BLOCK_SIZE
 
-    def array_checker(self, param: Slot):
-        return lambda value: self.check_array(param, value)
+    def fill_blocks(self, variant: str, block: int) -> int:
+        return PERSISTENT_SIM_BLOCKS
 
-    def span(self, array: np.ndarray) -> tuple[int, int]:
-        return host_span(array)
+    def packer(self, param: KernelParam):
+        return None  # ctypes converts scalars by the argtypes; fire() takes arrays' addresses
+
+    def launcher(self, variant: str, grid: int, block: int):
+        function, launched = self.functions[variant], self.launched
+
+        def fire(args, stream=None):
+            launched.append(variant)
+            function(grid, block, *[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a
+                                    for a in args])
+        return fire
+
+    # ---- arrays
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
 
     def pointer(self, array: np.ndarray) -> int:
         return array.__array_interface__["data"][0]
+
+    def address(self, pointer: int) -> int:
+        return pointer
 
     def signature(self, value) -> tuple | None:
         if type(value) is not np.ndarray:
@@ -129,9 +116,6 @@ class SimBackend:
         signatures = tuple(map(self.signature, arrays))
         return None if None in signatures else signatures
 
-    def empty(self, shape, dtype):
-        return np.empty(shape, dtype)
-
     def table(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array)
 
@@ -140,25 +124,6 @@ class SimBackend:
             raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
         return None
 
-    def launch(self, kernel: Kernel, n: int, args: list, stream, vector: bool) -> None:
-        self.prepare_launch(kernel, n, vector)[1](args)
-
-    def prepare_launch(self, kernel: Kernel, n: int, vector: bool) -> tuple[list, object]:
-        name = variant_names(kernel)[vector]
-        threads = -(-n // kernel.vector) if vector and not kernel.persistent else n
-        blocks = -(-threads // BLOCK_SIZE)
-        if kernel.persistent:  # a persistent grid: few blocks, so the grid-stride loop is exercised
-            blocks = min(blocks, PERSISTENT_SIM_BLOCKS)
-        function = self.functions[name]
-
-        def fire(args):
-            self.launched.append(name)
-            function(blocks, BLOCK_SIZE, *[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
-        return [None] * len(kernel_params(kernel)), fire
-
-    def address(self, pointer: int) -> int:
-        return pointer
-
     def foreign(self, value) -> bool:
         return False
 
@@ -166,28 +131,5 @@ class SimBackend:
         pass
 
 
-def check_host_array(param: Slot, value: np.ndarray) -> np.ndarray:
-    """dtype, layout and writeability of a NumPy array for an array parameter."""
-    expected = numpy_dtype(param.type)
-    if value.dtype != expected:
-        raise ArgumentError(f"parameter '{param.name}': expected dtype {param.type} ({expected}), got {value.dtype}")
-    if param.role == "inout" and not value.flags.writeable:
-        raise ArgumentError(f"parameter '{param.name}' is inout, but the array is read-only "
-                            "(a broadcast view or a read-only buffer)")
-    if not value.flags.c_contiguous:
-        raise ArgumentError(f"parameter '{param.name}': the array is not C-contiguous (strides {value.strides}); "
-                            "pass np.ascontiguousarray(...)")
-    return value
-
-
-def host_span(array: np.ndarray) -> tuple[int, int]:
-    start = array.__array_interface__["data"][0]
-    return start, start + array.nbytes
-
-
-def _ctype(p):
-    if p.kind in ("array", "pointers", "table"):
-        return ctypes.c_void_p
-    if p.kind == "scalar":
-        return _CTYPES[p.type.name]
-    return ctypes.c_longlong
+def _ctype(p: KernelParam):
+    return ctypes.c_void_p if p.pack is None else getattr(ctypes, p.pack.ctypes)

@@ -1,0 +1,324 @@
+"""The launch interface: the one contract between the compiler and everything after it.
+
+The planning pass (`passes.plan`) produces a `LaunchInterface` per pipeline;
+the CUDA emitter, the sim launcher, the report and the runtimes read it and
+nothing else. Per kernel it fixes:
+
+- its **form**, one of a closed set (`Form`): how its threads map onto the
+  elements. A consumer dispatches on the form's type (`match`), so a new kind
+  (the row reductions to come) is a new class in the `Form` union, and every
+  consumer that does not handle it yet fails loudly (`unhandled`);
+- its **variants**, the `__global__` functions emitted for it, in the order
+  the runtime tries them, each with the elements a thread takes, its grid,
+  what it needs of the arrays (alignment, whole vectors per row) and its own
+  register estimate; the last variant needs nothing, so one always runs;
+- its **parameters**, in order: the C declaration and where the runtime gets
+  each value (`ArgSource`), packed once by the form's rules.
+
+Per pipeline, the `CallSignature` is what a caller passes and gets back,
+copied out of the IR: the binder checks calls against it alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NoReturn, Union
+
+from fusec.ir.kernels import Kernel
+from fusec.ir.program import Dim, Pipeline, Repeat, Shape
+from fusec.ir.stages import Decision
+from fusec.types import ScalarType
+
+# ---- forms -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    """One thread per element, or per vector of elements: a grid over the iteration space."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridStride:
+    """A grid that just fills the device; each thread strides over the elements."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterLoop:
+    """A `repeat` body as one kernel: grid-stride over the elements, each loaded
+    once, iterated `count` times in registers, stored once."""
+
+    count: "int | CountArg"
+
+
+@dataclass(frozen=True, slots=True)
+class MultiTensor:
+    """foreach: blocks stride over a table of work items, each a range of one
+    set's elements (at most `chunk`), with each array's per-set pointers in a
+    device table."""
+
+    chunk: int
+
+
+Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor]
+
+
+def unhandled(what: object) -> NoReturn:
+    """For the `case _:` of a match over a closed set: a kind this consumer does not know yet."""
+    raise NotImplementedError(f"{type(what).__name__} is not handled here")
+
+
+# ---- grids -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElementGrid:
+    """ceil(elements / elements_per_thread / block) blocks."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFillGrid:
+    """As ElementGrid, capped at the blocks that fill every SM at the kernel's occupancy."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItemGrid:
+    """One block per work item, capped as DeviceFillGrid."""
+
+
+Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid]
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One emitted function of a kernel.
+
+    alignment: (slot, bytes) for each array the variant moves as whole vectors.
+    whole_rows: with broadcast operands, the innermost extent must be a
+    multiple of `elements_per_thread` (a vector never straddles a row).
+    """
+
+    name: str
+    elements_per_thread: int
+    grid: Grid
+    est_regs: int
+    alignment: tuple[tuple[int, int], ...] = ()
+    whole_rows: bool = False
+
+
+# ---- parameters --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayArg:
+    """The address of an array: the call's value at `slot` (parameters, outputs, then temporaries)."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarArg:
+    """A scalar parameter's value (the call's value at `slot`)."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class CountArg:
+    """A repeat count given at call time (the call's value at `slot`, an integer scalar)."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConstArg:
+    """A value fixed at compile time (a literal repeat count)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class NumElements:
+    """The number of elements of the kernel's iteration space."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """The size of collapsed dim `dim` of the kernel's iteration space (`Kernel.extents`)."""
+
+    dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class PointerTable:
+    """foreach: a device table of the array at `slot`'s address in every set."""
+
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItems:
+    """foreach: the device table of work items (`WORK_ITEM` each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItemCount:
+    """foreach: the number of work items."""
+
+
+ArgSource = Union[ArrayArg, ScalarArg, CountArg, ConstArg, NumElements, Extent, PointerTable, WorkItems,
+                  WorkItemCount]
+
+# A multi-tensor kernel's work item: elements [start, end) of one tensor set,
+# [start, vector_end) of them in whole vectors (the set's arrays are aligned)
+# and the rest one per thread.
+WORK_ITEM = ("set", "start", "vector_end", "end")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelParam:
+    """One parameter of a kernel's functions, in order.
+
+    c_type and c_name give its C declaration; `pack` is the host type its value
+    is packed as (None: an 8-byte device address).
+    """
+
+    c_type: str
+    c_name: str
+    source: ArgSource
+    pack: ScalarType | None = None
+
+    @property
+    def declaration(self) -> str:
+        pointer = self.c_type.endswith("*")
+        return f"{self.c_type}{' __restrict__ ' if pointer else ' '}{self.c_name}"
+
+
+# ---- kernels and pipelines ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLaunch:
+    """A kernel as the runtimes see it: its computation, form, variants and parameters."""
+
+    kernel: Kernel
+    form: Form
+    variants: tuple[Variant, ...]
+    params: tuple[KernelParam, ...]
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    @property
+    def needs_coordinates(self) -> bool:
+        return any(isinstance(p.source, Extent) for p in self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatSteps:
+    """Kernels launched `count` times in a row (a repeat body not made one RegisterLoop kernel)."""
+
+    count: "int | CountArg"
+    kernels: tuple[int, ...]
+
+
+Step = Union[int, RepeatSteps]  # a kernel's index, or a repeated run of kernels
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureParam:
+    """A parameter or output of a pipeline's call: an array (`shape` set) or a scalar."""
+
+    name: str
+    type: ScalarType
+    shape: Shape | None
+    role: str  # "in", "inout", "out" or "scalar"
+
+    @property
+    def is_array(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def written(self) -> bool:
+        return self.role in ("inout", "out")
+
+
+@dataclass(frozen=True, slots=True)
+class DimEquation:
+    """Two dims that must be equal at call time: they meet in a broadcast at `line`."""
+
+    a: Dim
+    b: Dim
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Temporary:
+    """An array the runtime allocates for one call: a value one kernel stores and another loads."""
+
+    name: str
+    type: ScalarType
+    shape: Shape
+
+
+@dataclass(frozen=True, slots=True)
+class CallSignature:
+    """What a call of the pipeline takes and returns.
+
+    Values of a call are numbered in one flat list, the *slots*: the
+    parameters in declaration order, then the outputs, then the temporaries.
+    `counts_needing_one`: repeat counts (slots) that must be at least 1 because
+    a value only the loop assigns is read after it.
+    """
+
+    name: str
+    params: tuple[SignatureParam, ...]
+    outputs: tuple[SignatureParam, ...]
+    dim_equations: tuple[DimEquation, ...]
+    temporaries: tuple[Temporary, ...] = ()
+    counts: tuple[int, ...] = ()
+    counts_needing_one: tuple[int, ...] = ()
+
+    @property
+    def slot_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params) + tuple(o.name for o in self.outputs) + \
+            tuple(t.name for t in self.temporaries)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchInterface:
+    """One pipeline, compiled: what to call, which kernels, in which order."""
+
+    signature: CallSignature
+    kernels: tuple[KernelLaunch, ...]
+    steps: tuple[Step, ...]
+    fused: bool
+    max_regs: int
+    arch: str
+    notes: tuple[Decision, ...] = ()  # decisions about no kernel: statements dropped as dead
+
+    @property
+    def pipeline(self) -> str:
+        return self.signature.name
+
+    def kernel(self, name: str) -> KernelLaunch:
+        return next(k for k in self.kernels if k.name == name)
+
+
+def call_signature(pipeline: Pipeline, temporaries: tuple[Temporary, ...] = ()) -> CallSignature:
+    """What a call of `pipeline` takes and returns, copied out of the IR."""
+    names = [p.name for p in pipeline.params]
+    counts = [stmt.count for stmt in _repeats(pipeline.body) if isinstance(stmt.count, str)]
+    return CallSignature(
+        pipeline.name,
+        tuple(SignatureParam(p.name, p.type, p.shape, p.role) for p in pipeline.params),
+        tuple(SignatureParam(o.name, o.type, o.shape, o.role) for o in pipeline.outputs),
+        tuple(DimEquation(eq.a, eq.b, eq.loc.line) for eq in pipeline.dim_eqs),
+        temporaries,
+        tuple(dict.fromkeys(names.index(c) for c in counts)))
+
+
+def _repeats(stmts):
+    for stmt in stmts:
+        if isinstance(stmt, Repeat):
+            yield stmt
+            yield from _repeats(stmt.body)

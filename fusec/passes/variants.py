@@ -1,0 +1,104 @@
+"""The functions emitted for a kernel of each form, each with its own register estimate.
+
+A variant's estimate describes that variant's code: the vector variant's
+unrolled lanes, the grid-stride loop, a loop kernel's iterations.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from fusec.ir.kernels import Kernel
+from fusec.ir.launch import (
+    DeviceFillGrid,
+    ElementGrid,
+    Elementwise,
+    Form,
+    GridStride,
+    MultiTensor,
+    RegisterLoop,
+    Variant,
+    WorkItemGrid,
+    unhandled,
+)
+from fusec.passes.regs import estimate_registers
+
+# Each thread of the vector variant moves one 16-byte vector of its widest
+# array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
+# 1.6x over 4-byte accesses for the seed's chain on the H200 (PERF.md). Where
+# a narrower array would then move less than 16 bytes a thread, a light kernel
+# (estimated at WIDE_VECTOR_REGS or fewer per element, so that its unrolled
+# body stays well inside the register budget) takes up to 32 bytes of the
+# widest: quantize (f32 in, i8 and bool out) reaches 90 % of the copy with 4
+# elements a thread and 103 % with 8, while arrays of one width lose 1-8 % with
+# 32 bytes a thread (benchmarks/vector_width.py, BENCHMARKS.md).
+VECTOR_BYTES = 16
+WIDE_VECTOR_REGS = 16
+
+
+def kernel_registers(kernel: Kernel, *, grid_stride: bool = False, elements_per_thread: int = 1) -> int:
+    """The register estimate of `kernel`'s code in one form: one element (or one
+    vector of `elements_per_thread`) per thread, in a grid-stride loop or not; a
+    kernel with carried values iterates its body in registers."""
+    instrs = kernel.body.instrs
+    live_to_end = [i for _, i in kernel.stores] + [exit_value for _, exit_value in kernel.carried]
+    scalar_loads = {i for i, ins in enumerate(instrs) if ins.op == "load" and ins.attr in kernel.scalars}
+    broadcast = [a for a in kernel.loads if a.broadcast]
+    coordinates = len({j for a in broadcast for j, present in enumerate(a.present) if present})
+    loop = bool(kernel.carried)
+    regs = estimate_registers(kernel.body, live_to_end, scalar_loads, len(kernel.loads), len(broadcast), coordinates,
+                              loop=loop, persistent=grid_stride and not loop)
+    if elements_per_thread > 1:
+        # Each further lane keeps one more element of every array it moves as a vector.
+        lane = sum(a.type.regs for a in kernel.accesses if a.contiguous or a.present[-1])
+        regs += (elements_per_thread - 1) * lane
+    return regs
+
+
+def vector_width(kernel: Kernel, scalar_regs: int) -> int:
+    """Elements a thread of the vector variant takes: 16 bytes of the widest array
+    it moves, up to 32 where a light kernel's narrow arrays would move less."""
+    sizes = [a.type.itemsize for a in kernel.loads if a.contiguous] + [a.type.itemsize for a, _ in kernel.stores]
+    if not sizes:
+        return 1
+    width = VECTOR_BYTES // max(sizes)
+    if scalar_regs <= WIDE_VECTOR_REGS:
+        width = min(VECTOR_BYTES // min(sizes), 2 * width)
+    return width
+
+
+def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int]) -> tuple[Variant, ...]:
+    """The variants of `kernel` in `form`, in the order the runtime tries them.
+    `slot_of(buffer)` numbers the arrays as the call signature does."""
+    name = kernel.name
+    match form:
+        case Elementwise():
+            scalar_regs = kernel_registers(kernel)
+            scalar = Variant(name, 1, ElementGrid(), scalar_regs)
+            width = vector_width(kernel, scalar_regs)
+            if width == 1:
+                return (scalar,)
+            vector = Variant(f"{name}_v{width}", width, ElementGrid(),
+                             kernel_registers(kernel, elements_per_thread=width),
+                             _alignment(kernel, width, slot_of), whole_rows=kernel.needs_coordinates)
+            return vector, scalar
+        case GridStride():
+            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, grid_stride=True)),)
+        case RegisterLoop():
+            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, grid_stride=True)),)
+        case MultiTensor():
+            width = vector_width(kernel, kernel_registers(kernel))
+            regs = kernel_registers(kernel, grid_stride=True, elements_per_thread=width)
+            return (Variant(f"{name}_mt", width, WorkItemGrid(), regs, _alignment(kernel, width, slot_of)),)
+        case _:
+            unhandled(form)
+
+
+def _alignment(kernel: Kernel, width: int, slot_of: Callable[[str], int]) -> tuple[tuple[int, int], ...]:
+    """(slot, bytes) for every array a thread moves as one vector of `width` elements:
+    those that vary along the innermost collapsed dim (a broadcast one that does not
+    is read once per vector)."""
+    out: dict[int, int] = {}
+    for access in kernel.accesses:
+        if access.contiguous or access.present[-1]:
+            out[slot_of(access.buffer)] = width * access.type.itemsize
+    return tuple(out.items())
