@@ -11,13 +11,10 @@ attribute per pipeline (or the one named by `pipeline=`). Backends: "cuda"
 from __future__ import annotations
 
 import functools
-import inspect
 import warnings
 
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
-from fusec.errors import Source
-from fusec.frontend import check_source, load
-from fusec.frontend.trace import signature_of, trace_source
+from fusec.frontend import load
 from fusec.ir.program import Program
 from fusec.passes.fusion import DEFAULT_MAX_REGS
 
@@ -34,6 +31,7 @@ def jit(x=None, /, **options):
     if x is None:
         return lambda fn: jit(fn, **options)
     if callable(x):
+        from fusec.traced import TracedFunction
         return TracedFunction(x, **options)
     if not isinstance(x, str):
         raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(x).__name__}")
@@ -172,34 +170,3 @@ def _resolve_backend(backend: str) -> str:
     warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
                   RuntimeWarning, stacklevel=4)
     return "numpy"
-
-
-class TracedFunction:
-    """A Python function (`@fusec.jit`), traced and compiled once per argument signature."""
-
-    def __init__(self, fn, **options):
-        self.fn = fn
-        self.options = options
-        self.signature = inspect.signature(fn)
-        self.pipelines: dict[tuple, JitPipeline] = {}
-        self.__name__ = getattr(fn, "__name__", "traced")
-        self.__doc__ = fn.__doc__
-
-    def __call__(self, *args, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        values = list(bound.arguments.values())
-        key = tuple(signature_of(v) for v in values)
-        pipeline = self.pipelines.get(key)
-        if pipeline is None:
-            pipeline = self.pipelines[key] = self._compile(list(bound.arguments), key)
-        return pipeline(*values)
-
-    def source(self, *args, **kwargs) -> str:
-        """The .fz source traced for these arguments."""
-        bound = self.signature.bind(*args, **kwargs)
-        return trace_source(self.fn, list(bound.arguments), tuple(signature_of(v) for v in bound.arguments.values()))
-
-    def _compile(self, names: list[str], key: tuple) -> JitPipeline:
-        text = trace_source(self.fn, names, key)
-        program = check_source(Source(f"<traced {self.__name__}>", text))
-        return JitPipeline(program, program.pipelines[0].name, **self.options)
