@@ -10,7 +10,7 @@ import inspect
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.frontend.trace import argument_items, quick_key, signature_key, trace_source
+from fusec.frontend.trace import quick_key, signature_of, trace_source
 from fusec.jit import BACKENDS, JitPipeline, _resolve_backend
 
 # A pipeline's call options, unless the function has a parameter of that name.
@@ -34,7 +34,10 @@ class TracedFunction:
         functools.update_wrapper(self, fn)  # __name__, __qualname__, __doc__, __module__, __wrapped__
         self.fn = fn
         self.options = {**options, "backend": _resolve_backend(backend)}  # "auto" warns here, once
-        self.signature = inspect.signature(fn)
+        try:
+            self.signature = inspect.signature(fn)
+        except ValueError:
+            raise TypeError(f"fusec.jit() traces a Python function; {fn!r} has no Python signature") from None
         self.call_options = tuple(o for o in CALL_OPTIONS if o not in self.signature.parameters)
         self.pipelines: dict[tuple, JitPipeline] = {}
         self._by_position: dict[tuple, JitPipeline] = {}
@@ -43,7 +46,7 @@ class TracedFunction:
     def __repr__(self) -> str:
         form = "fused" if self.options.get("fuse", True) else "unfused"
         count = len(self.pipelines)
-        return (f"<fusec traced function {self.__qualname__} ({form}, {self.options['backend']}): "
+        return (f"<fusec traced function {self.__qualname__} ({form}, {self.backend}): "
                 f"{count} signature{'s' if count != 1 else ''} compiled>")
 
     def __call__(self, *args, **kwargs):
@@ -75,7 +78,12 @@ class TracedFunction:
 
     def source(self, *args, **kwargs) -> str:
         """The .fz source traced for arguments like these."""
-        return trace_source(self.fn, self._bind(args, self._without_options(kwargs)))
+        bound = self._bind(args, self._without_options(kwargs))
+        return self._trace(bound, signature_key(argument_items(bound)))
+
+    @property
+    def backend(self) -> str:
+        return self.options["backend"]
 
     @property
     def cuda_source(self) -> str:
@@ -106,9 +114,49 @@ class TracedFunction:
         except TypeError as e:
             raise TypeError(f"{self.__name__}(): {e}") from None
 
+    def _trace(self, bound: inspect.BoundArguments, key: tuple) -> str:
+        def run(values):
+            traced = rebound(bound, values)
+            return self.fn(*traced.args, **traced.kwargs)
+        return trace_source(self.__name__, key, run)
+
     def _compile(self, bound: inspect.BoundArguments, key: tuple) -> JitPipeline:
-        text = trace_source(self.fn, bound)
+        text = self._trace(bound, key)
         program = check_source(Source(f"<traced {self.__name__}>", text))
         pipeline = self.pipelines[key] = JitPipeline(program, program.pipelines[0].name, **self.options)
         self._latest = pipeline
         return pipeline
+
+
+def argument_items(bound: inspect.BoundArguments) -> list[tuple[str, object]]:
+    """Each argument as (name, value), a *args tuple and a **kwargs dict spread out."""
+    items = []
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            items += [(f"{name}_{i}", v) for i, v in enumerate(value)]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            items += list(value.items())
+        else:
+            items.append((name, value))
+    return items
+
+
+def rebound(bound: inspect.BoundArguments, values: list) -> inspect.BoundArguments:
+    """`bound` with its arguments replaced by `values`, in the order of `argument_items`."""
+    given = iter(values)
+    arguments = {}
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            arguments[name] = tuple(next(given) for _ in value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            arguments[name] = {k: next(given) for k in value}
+        else:
+            arguments[name] = next(given)
+    return inspect.BoundArguments(bound.signature, arguments)
+
+
+def signature_key(items: list[tuple[str, object]]) -> tuple:
+    """What a traced program depends on: each argument's name and `signature_of`."""
+    return tuple((name, signature_of(value)) for name, value in items)

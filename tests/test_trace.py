@@ -2,6 +2,7 @@
 rounding, NumPy's functions and operators, out=, the pipeline surface, and what cannot be traced."""
 import inspect
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -337,6 +338,18 @@ def test_options_are_checked_when_decorating():
         fusec.jit(gelu, pipeline="gelu")
     with pytest.raises(TypeError, match="unknown option fusion"):
         fusec.jit(fusion=False)(gelu)
+
+
+def test_auto_without_a_device_warns_once_when_decorating(monkeypatch):
+    import fusec.runtime.backends.cuda as cuda
+    monkeypatch.setattr(cuda, "available", lambda: False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = fusec.jit(gelu)
+        f(np.ones(2, np.float32))
+        f(np.ones(2, np.float16))
+    assert f.backend == "numpy" and len(caught) == 1 and "no CUDA device" in str(caught[0].message)
+    assert caught[0].filename == __file__
 
 
 # ---- what cannot be traced: TraceError, saying what to write instead

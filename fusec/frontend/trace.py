@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import math
 import os
 import re
@@ -383,26 +382,26 @@ def _composite(args, build) -> Traced:
     return tracer.settle(result)
 
 
-def _nan_propagating(func: str, op: str):
+def _nan_propagating(name: str, func: str, op: str):
+    """np.maximum or np.minimum: a NaN operand gives NaN (.fz's max and min, like np.fmax, give the other)."""
     def fn(a, b):
         def build(tracer, a, b):
             if not _is_float(join(a.type, b.type)):
                 return call(func, a, b)
-            return where(tracer.binary(op, a, b) | call("isnan", a), a, b)
+            return call("where", tracer.binary(op, a, b) | call("isnan", a), a, b)
         return _composite((a, b), build)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"np.{name}: elementwise, a NaN operand gives NaN (fusec.f{func} ignores it)."
     return fn
 
 
-maximum = _nan_propagating("max", ">")
-maximum.__doc__ = "np.maximum: the larger operand; NaN if either is NaN (.fz's max and np.fmax ignore a NaN)."
-minimum = _nan_propagating("min", "<")
-minimum.__doc__ = "np.minimum: the smaller operand; NaN if either is NaN (.fz's min and np.fmin ignore a NaN)."
+maximum = _nan_propagating("maximum", "max", ">")
+minimum = _nan_propagating("minimum", "min", "<")
 
 
 def where(cond, a, b) -> Traced:
     """np.where(cond, a, b): elementwise a where cond is true (nonzero), else b."""
-    tracer = _tracer_of("where", (cond, a, b))
-    return call("where", _truth(tracer, cond), a, b)
+    return _composite((cond, a, b), lambda tracer, c, a, b: call("where", _truth(tracer, c), a, b))
 
 
 def clip(x, lo=None, hi=None) -> Traced:
@@ -474,8 +473,7 @@ def _operator(op: str):
 def _logical(symbol: str):
     """np.logical_and/or/xor: `&`, `|`, `^` on the operands' truth (`!= 0`)."""
     def fn(a, b):
-        tracer = _tracer_of(f"`{symbol}`", (a, b))
-        return _logic(symbol, _truth(tracer, a), _truth(tracer, b))
+        return _composite((a, b), lambda tracer, a, b: _logic(symbol, _truth(tracer, a), _truth(tracer, b)))
     return fn
 
 
@@ -495,7 +493,7 @@ NUMPY_UFUNCS = {
     "maximum": maximum, "minimum": minimum, "negative": lambda x: -x, "positive": lambda x: x,
     "square": lambda x: x * x, "reciprocal": lambda x: 1 / x, "sign": _sign, "isfinite": _isfinite,
     "logical_and": _logical("&"), "logical_or": _logical("|"), "logical_xor": _logical("^"),
-    "logical_not": lambda x: _logic("~", _truth(_tracer_of("np.logical_not", (x,)), x)),
+    "logical_not": lambda x: _composite((x,), lambda tracer, x: _logic("~", _truth(tracer, x))),
     "bitwise_and": lambda a, b: _logic("&", a, b), "bitwise_or": lambda a, b: _logic("|", a, b),
     "bitwise_xor": lambda a, b: _logic("^", a, b), "invert": lambda x: _logic("~", x),
 }
@@ -543,25 +541,6 @@ FUNCTIONS.update({"arctan2": _fz("atan2", 2), "fmax": _fz("max", 2), "fmin": _fz
 
 # ---- the traced program
 
-def argument_items(bound: inspect.BoundArguments) -> list[tuple[str, object]]:
-    """Each argument as (name, value), a *args tuple and a **kwargs dict spread out."""
-    items = []
-    for name, value in bound.arguments.items():
-        kind = bound.signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            items += [(f"{name}_{i}", v) for i, v in enumerate(value)]
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            items += list(value.items())
-        else:
-            items.append((name, value))
-    return items
-
-
-def signature_key(items: list[tuple[str, object]]) -> tuple:
-    """What a traced program depends on: each argument's name and `signature_of`."""
-    return tuple((name, signature_of(value)) for name, value in items)
-
-
 def signature_of(value) -> tuple:
     """An array's dtype and which of its dims are 1; a scalar's kind (Python) or dtype (NumPy)."""
     if isinstance(value, (bool, np.bool_)):
@@ -589,25 +568,12 @@ def quick_key(value) -> tuple:
     return type(value), value.dtype, tuple(d == 1 for d in shape)
 
 
-def trace_source(fn, bound: inspect.BoundArguments) -> str:
-    """The .fz pipeline `fn` computes for arguments like `bound`'s."""
-    fn_name = getattr(fn, "__name__", "traced")
-    items = argument_items(bound)
+def trace_source(name: str, key: tuple, run) -> str:
+    """The .fz pipeline that `run(values)` computes, called with one traced value per
+    argument of `key` ((name, signature_of(value)) each), `name` the function's."""
     tracer = Tracer()
-    params, inputs = _parameters(tracer, signature_key(items))
-    values = iter(inputs)
-    traced = {}
-    for name, value in bound.arguments.items():
-        kind = bound.signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            traced[name] = tuple(next(values) for _ in value)
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            traced[name] = {k: next(values) for k in value}
-        else:
-            traced[name] = next(values)
-    traced_bound = inspect.BoundArguments(bound.signature, traced)
-    result = fn(*traced_bound.args, **traced_bound.kwargs)
-    return _program(tracer, fn_name, params, _returned(fn_name, result))
+    params, inputs = _parameters(tracer, key)
+    return _program(tracer, name, params, _returned(name, run(inputs)))
 
 
 def _parameters(tracer: Tracer, key: tuple) -> tuple[list[str], list[Traced]]:
