@@ -10,7 +10,7 @@ import inspect
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.frontend.trace import quick_key, signature_of, trace_source
+from fusec.frontend.trace import Traced, TraceError, quick_key, signature_of, trace_source
 from fusec.jit import BACKENDS, JitPipeline, _resolve_backend
 
 # A pipeline's call options, unless the function has a parameter of that name.
@@ -56,6 +56,11 @@ class TracedFunction:
         pipeline = self._by_position.get(quick)
         if pipeline is not None:
             return pipeline(*args, **options)
+        if any(isinstance(v, Traced) for v in (*args, *kwargs.values())):
+            if options:
+                raise TraceError(f"{self.__name__}() called inside a traced function takes no "
+                                 f"{' or '.join(o + '=' for o in options)}")
+            return self.fn(*args, **kwargs)  # called while tracing another function: traced inline
         bound = self._bind(args, kwargs)
         items = argument_items(bound)
         key = signature_key(items)

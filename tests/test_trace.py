@@ -268,6 +268,22 @@ def test_parameters_named_like_builtins_and_a_keyword_argument_order():
     np.testing.assert_array_equal(f(t0=x, where=x + 1, e=2.0, exp=x), np.full(2, 3, np.float32))
 
 
+def test_a_traced_function_called_while_tracing_is_traced_inline():
+    @fusec.jit(backend="numpy")
+    def inner(x, s):
+        return x * s
+
+    @fusec.jit(backend="numpy")
+    def outer(x):
+        return inner(x, 2.0) + 1.0
+
+    x = np.arange(3, dtype=np.float16)
+    np.testing.assert_array_equal(outer(x), x * 2 + 1)
+    assert outer.source(x).count(";") == 2 and not inner.pipelines
+    with pytest.raises(fusec.TraceError, match="inner\(\) called inside a traced function takes no out="):
+        fusec.jit(lambda x: inner(x, 2.0, out=x), backend="numpy")(x)
+
+
 @pytest.mark.sim
 def test_decorator_traces_each_operation_as_a_stage():
     @fusec.jit(backend="sim")
