@@ -280,7 +280,7 @@ def test_a_traced_function_called_while_tracing_is_traced_inline():
     x = np.arange(3, dtype=np.float16)
     np.testing.assert_array_equal(outer(x), x * 2 + 1)
     assert outer.source(x).count(";") == 2 and not inner.pipelines
-    with pytest.raises(fusec.TraceError, match="inner\(\) called inside a traced function takes no out="):
+    with pytest.raises(fusec.TraceError, match=r"inner\(\) called inside a traced function takes no out="):
         fusec.jit(lambda x: inner(x, 2.0, out=x), backend="numpy")(x)
 
 
