@@ -11,15 +11,14 @@ attribute per pipeline (or the one named by `pipeline=`). Backends: "cuda"
 from __future__ import annotations
 
 import functools
-import inspect
+import sys
 import warnings
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import SimpleNamespace
 
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
-from fusec.errors import Source
-from fusec.frontend import check_source, load
-from fusec.frontend.trace import signature_of, trace_source
+from fusec.frontend import load
 from fusec.ir.program import Program
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
@@ -69,7 +68,8 @@ def jit(source=None, /, *, fuse: bool = True, backend: str = "auto", max_regs: i
 
 def _jit(source, options: JitOptions, pipeline: str | None):
     if callable(source):
-        return TracedFunction(source, options)
+        from fusec.traced import TracedFunction
+        return TracedFunction(source, options, pipeline)
     if not isinstance(source, str):
         raise TypeError(f"fusec.jit() takes a path, .fz source text or a function, not {type(source).__name__}")
     program = load(source)
@@ -101,7 +101,7 @@ class JitPipeline:
 
     def __init__(self, program: Program, name: str, options: JitOptions = JitOptions()):
         self.program, self.name, self.options = program, name, options
-        self.backend = _resolve_backend(options.backend)
+        self.backend = resolve_backend(options.backend)
         if options.graph and self.backend != "cuda":
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
 
@@ -187,7 +187,7 @@ class JitPipeline:
         return MultiTensorExecutor(interface, CudaBackend(compiled.cuda, interface, arch=self.arch))
 
 
-def _resolve_backend(backend: str) -> str:
+def resolve_backend(backend: str) -> str:
     from fusec.runtime.backends.cuda import available
     if backend == "cuda" and not available():
         raise RuntimeError("backend='cuda' needs CuPy and a CUDA device, and none was found "
@@ -197,36 +197,14 @@ def _resolve_backend(backend: str) -> str:
     if available():
         return "cuda"
     warnings.warn("fusec: no CUDA device (or no CuPy); backend='auto' runs the NumPy reference",
-                  RuntimeWarning, stacklevel=4)
+                  RuntimeWarning, stacklevel=_caller_level())
     return "numpy"
 
 
-class TracedFunction:
-    """A Python function (`@fusec.jit`), traced and compiled once per argument signature."""
-
-    def __init__(self, fn, options: JitOptions = JitOptions()):
-        self.fn = fn
-        self.options = options
-        self.signature = inspect.signature(fn)
-        self.pipelines: dict[tuple, JitPipeline] = {}
-        self.__name__ = getattr(fn, "__name__", "traced")
-        self.__doc__ = fn.__doc__
-
-    def __call__(self, *args, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        values = list(bound.arguments.values())
-        key = tuple(signature_of(v) for v in values)
-        pipeline = self.pipelines.get(key)
-        if pipeline is None:
-            pipeline = self.pipelines[key] = self._compile(list(bound.arguments), key)
-        return pipeline(*values)
-
-    def source(self, *args, **kwargs) -> str:
-        """The .fz source traced for these arguments."""
-        bound = self.signature.bind(*args, **kwargs)
-        return trace_source(self.fn, list(bound.arguments), tuple(signature_of(v) for v in bound.arguments.values()))
-
-    def _compile(self, names: list[str], key: tuple) -> JitPipeline:
-        text = trace_source(self.fn, names, key)
-        program = check_source(Source(f"<traced {self.__name__}>", text))
-        return JitPipeline(program, program.pipelines[0].name, self.options)
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside fusec: where a warning belongs."""
+    package = Path(__file__).parent
+    frame, level = sys._getframe(1), 1
+    while frame is not None and Path(frame.f_code.co_filename).is_relative_to(package):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -1,4 +1,4 @@
-"""fusec.jit on the CPU backends: the API, the decorator, and every bad call."""
+"""fusec.jit on the CPU backends: the API and every bad call (the decorator: test_trace.py)."""
 import subprocess
 import sys
 import warnings
@@ -111,70 +111,6 @@ def test_int_scalar_range_and_kind():
         f(np.ones(2, np.int8), 300)
     with pytest.raises(ArgumentError, match="'k' is i8; got a float"):
         f(np.ones(2, np.int8), 1.5)
-
-
-@pytest.mark.sim
-def test_decorator_traces_each_operation_as_a_stage():
-    @fusec.jit(backend="sim")
-    def gelu_bias(h, b):
-        x = h + b
-        return 0.5 * x * (1.0 + fusec.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
-
-    h = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32)
-    b = np.random.default_rng(1).standard_normal(33).astype(np.float32)
-    x = h + b
-    expected = 0.5 * x * (1 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x * x * x)))
-    np.testing.assert_allclose(gelu_bias(h, b), expected, rtol=1e-5, atol=1e-6)
-    program_text = gelu_bias.source(h, b)
-    assert program_text.count(";") == 10  # ten array operations, ten stages
-    unfused = fusec.jit(program_text, backend="sim", fuse=False)
-    assert len(unfused.compiled.interface.kernels) == 10
-    assert len(fusec.jit(program_text, backend="sim").compiled.interface.kernels) == 1
-
-
-@pytest.mark.sim
-def test_decorator_signatures_and_scalars():
-    @fusec.jit(backend="sim")
-    def axpy(a, x, y):
-        return a * x + y
-
-    x32, y32 = np.ones(3, np.float32), np.full(3, 2, np.float32)
-    np.testing.assert_array_equal(axpy(3.0, x32, y32), np.full(3, 5, np.float32))
-    x16 = np.ones(3, np.float16)
-    assert axpy(3.0, x16, x16).dtype == np.float16
-    assert len(axpy.pipelines) == 2
-    with pytest.raises(ArgumentError, match="dims 'x_0' \\(3\\) and 'y_0' \\(4\\) must be equal"):
-        axpy(1.0, x32, np.ones(4, np.float32))
-
-
-def test_decorator_rejects_what_cannot_be_traced():
-    @fusec.jit(backend="numpy")
-    def branchy(x):
-        return x if x > 0 else -x
-
-    @fusec.jit(backend="numpy")
-    def floor_div(x):
-        return x // 2
-
-    @fusec.jit(backend="numpy")
-    def int_div(i, j):
-        return i / j
-
-    @fusec.jit(backend="numpy")
-    def scalar_only(x, s):
-        return s * 2.0
-
-    x = np.ones(3, np.float32)
-    with pytest.raises(fusec.TraceError, match="control flow"):
-        branchy(x)
-    with pytest.raises(fusec.TraceError, match="`//` floors"):
-        floor_div(x)
-    with pytest.raises(fusec.TraceError, match="integer / integer"):
-        int_div(np.ones(3, np.int32), np.ones(3, np.int32))
-    with pytest.raises(fusec.TraceError, match="must return arrays"):
-        scalar_only(x, 1.0)
-    with pytest.raises(fusec.TraceError, match="inside a @fusec.jit"):
-        fusec.exp(x)
 
 
 def test_import_fusec_and_compile_without_cupy(tmp_path):
