@@ -107,8 +107,10 @@ def test_report_shows_real_registers_after_compiling():
     a = cp.ones(10, cp.float32)
     f(a, a, a)
     (row,) = f.report()
-    assert row["num_regs"] > 0 and row["local_size_bytes"] == 0
-    assert abs(row["num_regs"] - row["est_regs"]) <= max(4, 0.25 * row["num_regs"])
+    for variant in row["variants"]:  # every emitted function, with what it really uses
+        assert variant["num_regs"] > 0 and variant["local_size_bytes"] == 0 and variant["arch"].startswith("sm_")
+    scalar = row["variants"][-1]
+    assert abs(scalar["num_regs"] - scalar["est_regs"]) <= max(4, 0.25 * scalar["num_regs"])
 
 
 def test_torch_tensors_in_without_a_copy_and_back():
@@ -283,3 +285,51 @@ def test_torch_side_stream_is_waited_for_on_every_path():
         cp.cuda.Device().synchronize()
         assert float(y.min()) == float(z.min()) == 1.5 * value + 0.5
         assert float(m.min()) == value
+
+
+def test_the_cuda_backend_refuses_bad_calls_like_the_others_and_writes_nothing():
+    """The binder's cases (tests/test_binder_sim.py), on device arrays."""
+    from test_binder_sim import BAD_CALLS, SENTINEL, SOURCE, fresh
+    f = fusec.jit(SOURCE, backend="cuda")
+    reference_f = fusec.jit(SOURCE, backend="numpy")
+    for what, make in BAD_CALLS:
+        if what in ("a list for an array", "stream= on the CPU", "a read-only inout", "a read-only out="):
+            continue  # host-only cases: device arrays are always writeable, and a stream is fine here
+        h, b, out = fresh()
+        args, kwargs = make(h, b, out)
+        with pytest.raises(ArgumentError) as expected:
+            reference_f(*args, **kwargs)
+        h, b, out = fresh()
+        args, kwargs = make(h, b, out)
+        device = {id(a): to_device(a) for a in (h, b, *out)}
+        dev_args = [device.get(id(a), to_device(a)) for a in args]
+        dev_kwargs = {k: (tuple(device.get(id(o), to_device(o)) for o in v) if isinstance(v, tuple)
+                          else device.get(id(v), to_device(v))) for k, v in kwargs.items()}
+        if what in ("a non-contiguous array", "a negative stride", "an inout broadcast view",
+                    "an inout aliasing an input", "out= aliasing an input", "out= of the wrong shape"):
+            dev_args, dev_kwargs = _views_on_device(what, h, b, out)
+        with pytest.raises(ArgumentError) as caught:
+            f(*dev_args, **dev_kwargs)
+        message = str(caught.value).replace("this backend", "the backend")
+        assert message == str(expected.value).replace("the numpy backend", "the backend"), what
+        np.testing.assert_array_equal(dev_args[0].get(), h) if isinstance(dev_args[0], cp.ndarray) else None
+        for o in dev_kwargs.get("out", ()) if isinstance(dev_kwargs.get("out"), tuple) else ():
+            if isinstance(o, cp.ndarray) and o.size:
+                assert (o.get() == SENTINEL).all(), what
+
+
+def _views_on_device(what, h, b, out):
+    """The cases whose arrays are views of others, made as views on the device."""
+    dh, db = cp.asarray(h), cp.asarray(b)
+    dout = (cp.asarray(out[0]), cp.asarray(out[1]))
+    if what == "a non-contiguous array":
+        return (cp.ones((5, 3), cp.float32).T, db, 1.0, 1), {"out": dout}
+    if what == "a negative stride":
+        return (dh, db[::-1], 1.0, 1), {"out": dout}
+    if what == "an inout broadcast view":
+        return (cp.broadcast_to(db, (3, 5)), db, 1.0, 1), {"out": dout}
+    if what == "an inout aliasing an input":
+        return (dh, dh[0], 1.0, 1), {"out": dout}
+    if what == "out= aliasing an input":
+        return (dh, db, 1.0, 1), {"out": (dout[0], db)}
+    return (dh, db, 1.0, 1), {"out": (dout[0], dout[1][:3])}

@@ -1,0 +1,118 @@
+"""One binder for every backend: the same bad calls are refused by the numpy and
+sim backends with the same message, and nothing is written before every check
+has passed (the GPU tier runs the same cases on the cuda backend)."""
+import numpy as np
+import pytest
+
+import fusec
+from fusec.errors import ArgumentError
+
+pytestmark = pytest.mark.sim
+
+# An inout array, two outputs, a broadcast operand, an integer count.
+SOURCE = """
+pipeline step(inout h: f32[rows, cols], b: f32[cols], s: f32, k: u64) -> (y: f32[rows, cols], z: f32[cols]) {
+    repeat k { h = h * s + b; }
+    y = h * 2.0;
+    z = b + s;
+}
+"""
+ROWS, COLS = 3, 5
+SENTINEL = -7.25
+
+
+def fresh():
+    """Arguments of a good call, and out= arrays poisoned with a sentinel."""
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    b = rng.standard_normal(COLS).astype(np.float32)
+    out = (np.full((ROWS, COLS), SENTINEL, np.float32), np.full(COLS, SENTINEL, np.float32))
+    return h, b, out
+
+
+def _readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+# Each: (what is wrong, a function of the good arguments giving (args, kwargs)).
+BAD_CALLS = [
+    ("too many arguments", lambda h, b, out: ((h, b, 1.0, 1, 5), {})),
+    ("a missing argument", lambda h, b, out: ((h, b, 1.0), {})),
+    ("an unknown keyword", lambda h, b, out: ((h, b, 1.0, 1), {"q": 1})),
+    ("an argument twice", lambda h, b, out: ((h, b, 1.0, 1), {"s": 1.0})),
+    ("a wrong dtype", lambda h, b, out: ((h, b.astype(np.float64), 1.0, 1), {"out": out})),
+    ("a wrong rank", lambda h, b, out: ((h, b[None], 1.0, 1), {"out": out})),
+    ("dims that disagree", lambda h, b, out: ((h, b[:4].copy(), 1.0, 1), {"out": out})),
+    ("a non-contiguous array", lambda h, b, out: ((np.ones((COLS, ROWS), np.float32).T, b, 1.0, 1), {"out": out})),
+    ("a negative stride", lambda h, b, out: ((h, b[::-1], 1.0, 1), {"out": out})),
+    ("a read-only inout", lambda h, b, out: ((_readonly(h), b, 1.0, 1), {"out": out})),
+    ("an inout broadcast view", lambda h, b, out: ((np.broadcast_to(b, (ROWS, COLS)), b, 1.0, 1), {"out": out})),
+    ("an inout aliasing an input", lambda h, b, out: ((h, h[0], 1.0, 1), {"out": out})),
+    ("out= aliasing an input", lambda h, b, out: ((h, b, 1.0, 1), {"out": (out[0], b)})),
+    ("out= of the wrong count", lambda h, b, out: ((h, b, 1.0, 1), {"out": out[0]})),
+    ("out= of the wrong shape", lambda h, b, out: ((h, b, 1.0, 1), {"out": (out[0], out[1][:3])})),
+    ("a read-only out=", lambda h, b, out: ((h, b, 1.0, 1), {"out": (out[0], _readonly(out[1]))})),
+    ("a float for an integer", lambda h, b, out: ((h, b, 1.0, 1.5), {"out": out})),
+    ("a negative count", lambda h, b, out: ((h, b, 1.0, -1), {"out": out})),
+    ("a count beyond 2**63 - 1", lambda h, b, out: ((h, b, 1.0, 2 ** 63), {"out": out})),
+    ("a float beyond f32", lambda h, b, out: ((h, b, 1e300, 1), {"out": out})),
+    ("an int beyond any float", lambda h, b, out: ((h, b, 10 ** 400, 1), {"out": out})),
+    ("a bool for a float", lambda h, b, out: ((h, b, True, 1), {"out": out})),
+    ("a string for a float", lambda h, b, out: ((h, b, "1.0", 1), {"out": out})),
+    ("a list for an array", lambda h, b, out: (([[1.0] * COLS] * ROWS, b, 1.0, 1), {"out": out})),
+    ("stream= on the CPU", lambda h, b, out: ((h, b, 1.0, 1), {"stream": object()})),
+]
+
+
+@pytest.mark.parametrize("what,make", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_every_backend_refuses_a_bad_call_alike_and_writes_nothing(what, make):
+    messages = {}
+    for backend in ("numpy", "sim"):
+        f = fusec.jit(SOURCE, backend=backend)
+        h, b, out = fresh()
+        before = h.copy()
+        args, kwargs = make(h, b, out)
+        with pytest.raises(ArgumentError) as caught:
+            f(*args, **kwargs)
+        messages[backend] = str(caught.value).replace("the numpy backend", "the backend").replace(
+            "the sim backend", "the backend").replace("this backend", "the backend")
+        np.testing.assert_array_equal(h, before)
+        assert (out[0] == SENTINEL).all() and (out[1] == SENTINEL).all()
+    assert messages["numpy"] == messages["sim"], messages
+
+
+def test_the_messages_name_what_is_wrong():
+    f = fusec.jit(SOURCE, backend="numpy")
+    h, b, out = fresh()
+    cases = [
+        (lambda: f(h, b, 1e300, 1), "parameter 's' is f32; 1e\\+300 is out of its range"),
+        (lambda: f(h, b, 10 ** 400, 1), "parameter 's' is f32; 1000"),
+        (lambda: f(h, b, 1.0, 2 ** 63), "repeat count 'k' is 9223372036854775808; a count is at most 2\\*\\*63 - 1"),
+        (lambda: f(h, b, 1.0, -1), "parameter 'k' is u64; -1 is out of its range"),
+        (lambda: f(h, b[:4].copy(), 1.0, 1), "parameter 'b': dim 'cols' is 4 here but 5 from parameter 'h'"),
+        (lambda: f(h, b, 1.0, 1, out=(out[0], out[1][:3])), "output 'z': out= array has shape \\(3,\\), expected \\(5,\\)"),
+        (lambda: f(h, h[0], 1.0, 1), "'h' and 'b' share memory, but 'h' is written"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ArgumentError, match=message):
+            call()
+
+
+def test_a_good_call_agrees_on_both_backends_and_writes_out():
+    results = {}
+    for backend in ("numpy", "sim"):
+        f = fusec.jit(SOURCE, backend=backend)
+        h, b, out = fresh()
+        y, z = f(h, b, 0.5, 3, out=out)
+        assert y is out[0] and z is out[1]
+        results[backend] = (h, y, z)
+    for a, e in zip(results["sim"], results["numpy"]):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_a_literal_dim_in_a_dim_equation_is_quoted_as_a_size():
+    f = fusec.jit("pipeline p(x: f32[n], y: f32[4]) -> (z: f32[n]) { z = x + y; }", backend="numpy")
+    with pytest.raises(ArgumentError, match="dims 'n' \\(3\\) and of literal size 4 \\(4\\) must be equal"):
+        f(np.ones(3, np.float32), np.ones(4, np.float32))
