@@ -8,13 +8,14 @@ recursion limit.
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 from lark import Lark, Token, Transformer
 from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from fusec.cache import cache_dir
+from fusec import cache
 from fusec.errors import Diagnostic, FzError, Loc, Source
 from fusec.frontend import syntax
 
@@ -38,14 +39,16 @@ def _lark() -> Lark:
     # Lark's strict mode (regex collisions are errors) needs interegular, which a
     # plain install lacks: tests build the grammar strictly, users need not.
     options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True, transformer=_ToAst())
-    # Building the LALR tables takes ~250 ms; Lark keeps them on disk, keyed on
-    # the grammar and options, so later processes load them in a few ms.
-    cache = cache_dir("grammar")
+    # Building the LALR tables takes ~250 ms; Lark keeps them in a file that later
+    # processes load in a few ms. Lark writes that file in place, so it writes it
+    # into the cache's scratch folder, and the cache publishes it (atomic, checked).
+    settings = repr(sorted((name, value) for name, value in options.items() if name != "transformer"))
+    key = cache.key(grammar, settings, lark_version, sys.version)
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        return Lark(grammar, cache=str(cache / f"fz-lark-{lark_version}.tmp"), **options)
-    except OSError:  # a read-only home: build the tables in memory
+        tables = cache.build_file("grammar", key, ".lark", lambda path: Lark(grammar, cache=str(path), **options))
+    except OSError:  # a full disk: build the tables in memory
         return Lark(grammar, **options)
+    return Lark(grammar, cache=str(tables), **options)
 
 
 def read_source(path: str) -> Source:
