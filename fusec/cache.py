@@ -85,8 +85,9 @@ def _unwritable(folder: Path) -> str | None:
     """Why a file cannot be created in `folder` (after creating it), or None if it can."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
-            pass
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         return exc.strerror or str(exc)
     return None

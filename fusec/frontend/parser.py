@@ -8,6 +8,7 @@ recursion limit.
 from __future__ import annotations
 
 import functools
+import io
 import sys
 from pathlib import Path
 
@@ -34,21 +35,21 @@ _CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
 @functools.cache
 def _lark() -> Lark:
     grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
-    # The transformer builds the syntax tree as the parser reduces (no parse tree
-    # in between): half the time of a separate pass on large programs.
     # Lark's strict mode (regex collisions are errors) needs interegular, which a
     # plain install lacks: tests build the grammar strictly, users need not.
-    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True, transformer=_ToAst())
-    # Building the LALR tables takes ~250 ms; Lark keeps them in a file that later
-    # processes load in a few ms. Lark writes that file in place, so it writes it
-    # into the cache's scratch folder, and the cache publishes it (atomic, checked).
-    settings = repr(sorted((name, value) for name, value in options.items() if name != "transformer"))
-    key = cache.key(grammar, settings, lark_version, sys.version)
-    try:
-        tables = cache.build_file("grammar", key, ".lark", lambda path: Lark(grammar, cache=str(path), **options))
-    except OSError:  # a full disk: build the tables in memory
-        return Lark(grammar, **options)
-    return Lark(grammar, cache=str(tables), **options)
+    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+    def build() -> bytes:
+        tables = io.BytesIO()
+        Lark(grammar, **options).save(tables)
+        return tables.getvalue()
+    # Building the LALR tables takes ~250 ms; fusec's cache keeps them (Lark's own
+    # cache file is written in place, and its name is part of its key).
+    tables = cache.load_or_build("grammar", cache.key(grammar, repr(options), lark_version, sys.version), ".lark", build)
+    # The transformer builds the syntax tree as the parser reduces (no parse tree
+    # in between): half the time of a separate pass on large programs. Lark.load
+    # takes no options; _load is what Lark's own cache calls to add them.
+    return Lark.__new__(Lark)._load(io.BytesIO(tables), transformer=_ToAst())
 
 
 def read_source(path: str) -> Source:
