@@ -24,9 +24,14 @@ class UsageError(Exception):
 
 def read_input(name: str) -> Source:
     """A .fz file, or standard input for "-" (named <stdin> in messages)."""
-    if name == STDIN:
-        return decode_source(sys.stdin.buffer.read(), "<stdin>")
-    return read_source(name)
+    if name != STDIN:
+        return read_source(name)
+    try:
+        data = sys.stdin.buffer.read()
+    except (AttributeError, OSError) as exc:  # no stdin at all (closed), or one that cannot be read
+        reason = getattr(exc, "strerror", None) or "it is closed"
+        raise FzError(Diagnostic(Loc(), f"cannot read standard input: {reason}"), Source("<stdin>", "")) from None
+    return decode_source(data, "<stdin>")
 
 
 def _output_file(option: str, name: str | None) -> None:
@@ -118,6 +123,8 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_compile(args) -> int:
     _output_file("-o", args.output)
+    if args.output and args.file != STDIN and Path(args.output).resolve() == Path(args.file).resolve():
+        raise UsageError(f"-o {args.output}: is the program itself; give another file name")
     program = check_source(read_input(args.file))
     names = [p.name for p in program.pipelines]
     if args.pipeline is not None and args.pipeline not in names:

@@ -76,6 +76,13 @@ def test_compile_reads_stdin_as_dash():
     assert proc.returncode == 0 and "from <stdin>: pipeline scale_bias_relu" in proc.stdout
 
 
+def test_a_closed_stdin_is_one_line():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(f"exec 0<&-; {sys.executable} -m fusec check -", shell=True, capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+    assert one_line_error(proc, 1) == "<stdin>: error: cannot read standard input: it is closed\n"
+
+
 def test_check_with_no_file_is_a_usage_error():
     proc = fusec_cli("check")
     assert proc.returncode == 2 and "the following arguments are required: FILE.fz" in proc.stderr
@@ -99,6 +106,14 @@ def test_output_into_a_missing_folder_is_a_usage_error_and_creates_nothing(tmp_p
     err = one_line_error(fusec_cli("compile", EXAMPLE, "-o", target), 2)
     assert err == f"fusec compile: -o {target}: the folder {target.parent} does not exist (fusec does not create folders)\n"
     assert not target.parent.exists()
+
+
+def test_output_over_the_program_itself_is_a_usage_error(tmp_path):
+    program = tmp_path / "p.fz"
+    program.write_text(EXAMPLE.read_text())
+    err = one_line_error(fusec_cli("compile", program, "-o", f"{tmp_path}/./p.fz"), 2)
+    assert err == f"fusec compile: -o {tmp_path}/./p.fz: is the program itself; give another file name\n"
+    assert program.read_text() == EXAMPLE.read_text()
 
 
 def test_output_where_writing_is_refused_is_a_usage_error():
