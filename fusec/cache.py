@@ -42,7 +42,7 @@ def root() -> Path:
     """The cache's root as configured (it may not exist or be writable: see `directory`)."""
     configured = os.environ.get("FUSEC_CACHE_DIR")
     if configured:
-        return Path(configured)
+        return Path(os.path.abspath(configured))  # the same folder after a chdir
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore a relative path
         return Path(xdg) / "fusec"

@@ -5,6 +5,7 @@ Every failure the user causes exits 1 or 2 with one line, never 3 (an
 internal error) and never a traceback. Unit tier.
 """
 import email
+import io
 import os
 import shutil
 import subprocess
@@ -29,6 +30,17 @@ def fusec_cli(*args, stdin: str | None = None, cache_dir=None, **env) -> subproc
                           text=True, env=environment, cwd=ROOT, timeout=60)
 
 
+@pytest.fixture
+def cli(run_cli, monkeypatch):
+    """fusec run in this process (quicker than a new one), `stdin` as its standard input."""
+    def run(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        code, out, err = run_cli(*map(str, args))
+        return subprocess.CompletedProcess(args, code, out, err)
+    return run
+
+
 def one_line_error(proc: subprocess.CompletedProcess, code: int) -> str:
     assert (proc.returncode, proc.stdout) == (code, ""), proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -50,29 +62,29 @@ def test_version():
 
 # ---- fusec check: several files, stdin
 
-def test_check_reports_every_file_and_fails_if_any_fails(tmp_path):
+def test_check_reports_every_file_and_fails_if_any_fails(cli, tmp_path):
     bad = tmp_path / "bad.fz"
     bad.write_text(BAD)
-    proc = fusec_cli("check", EXAMPLE, bad, ROOT / "examples" / "dag.fz", tmp_path / "missing.fz")
+    proc = cli("check", EXAMPLE, bad, ROOT / "examples" / "dag.fz", tmp_path / "missing.fz")
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [f"{EXAMPLE}: ok (3 stages; pipelines: scale_bias_relu)",
                                         f"{ROOT / 'examples' / 'dag.fz'}: ok (0 stages; pipelines: dag)"]
     assert proc.stderr.startswith(f"{bad}:1:47: error: unexpected ';'")
     assert proc.stderr.splitlines()[-1] == f"{tmp_path / 'missing.fz'}: error: cannot read file: No such file or directory"
-    good = fusec_cli("check", EXAMPLE, ROOT / "examples" / "dag.fz")
+    good = cli("check", EXAMPLE, ROOT / "examples" / "dag.fz")
     assert (good.returncode, len(good.stdout.splitlines()), good.stderr) == (0, 2, "")
 
 
-def test_check_reads_stdin_as_dash():
-    proc = fusec_cli("check", "-", stdin=EXAMPLE.read_text())
+def test_check_reads_stdin_as_dash(cli):
+    proc = cli("check", "-", stdin=EXAMPLE.read_text())
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "<stdin>: ok (3 stages; pipelines: scale_bias_relu)\n", "")
-    proc = fusec_cli("check", "-", EXAMPLE, stdin=BAD)
+    proc = cli("check", "-", EXAMPLE, stdin=BAD)
     assert proc.returncode == 1 and proc.stderr.startswith("<stdin>:1:47: error: unexpected ';'")
     assert proc.stdout == f"{EXAMPLE}: ok (3 stages; pipelines: scale_bias_relu)\n"
 
 
-def test_compile_reads_stdin_as_dash():
-    proc = fusec_cli("compile", "-", stdin=EXAMPLE.read_text())
+def test_compile_reads_stdin_as_dash(cli):
+    proc = cli("compile", "-", stdin=EXAMPLE.read_text())
     assert proc.returncode == 0 and "from <stdin>: pipeline scale_bias_relu" in proc.stdout
 
 
@@ -83,42 +95,42 @@ def test_a_closed_stdin_is_one_line():
     assert one_line_error(proc, 1) == "<stdin>: error: cannot read standard input: it is closed\n"
 
 
-def test_check_with_no_file_is_a_usage_error():
-    proc = fusec_cli("check")
+def test_check_with_no_file_is_a_usage_error(cli):
+    proc = cli("check")
     assert proc.returncode == 2 and "the following arguments are required: FILE.fz" in proc.stderr
 
 
 # ---- files that cannot be read or written
 
-def test_a_folder_given_as_the_program_is_one_line(tmp_path):
+def test_a_folder_given_as_the_program_is_one_line(cli, tmp_path):
     for command in ("check", "compile"):
-        err = one_line_error(fusec_cli(command, tmp_path), 1)
+        err = one_line_error(cli(command, tmp_path), 1)
         assert err == f"{tmp_path}: error: cannot read file: Is a directory\n"
 
 
-def test_output_to_a_folder_is_a_usage_error(tmp_path):
-    err = one_line_error(fusec_cli("compile", EXAMPLE, "-o", tmp_path), 2)
+def test_output_to_a_folder_is_a_usage_error(cli, tmp_path):
+    err = one_line_error(cli("compile", EXAMPLE, "-o", tmp_path), 2)
     assert err == f"fusec compile: -o {tmp_path}: is a directory; give a file name\n"
 
 
-def test_output_into_a_missing_folder_is_a_usage_error_and_creates_nothing(tmp_path):
+def test_output_into_a_missing_folder_is_a_usage_error_and_creates_nothing(cli, tmp_path):
     target = tmp_path / "missing" / "out.cu"
-    err = one_line_error(fusec_cli("compile", EXAMPLE, "-o", target), 2)
+    err = one_line_error(cli("compile", EXAMPLE, "-o", target), 2)
     assert err == f"fusec compile: -o {target}: the folder {target.parent} does not exist (fusec does not create folders)\n"
     assert not target.parent.exists()
 
 
-def test_output_over_the_program_itself_is_a_usage_error(tmp_path):
+def test_output_over_the_program_itself_is_a_usage_error(cli, tmp_path):
     program = tmp_path / "p.fz"
     program.write_text(EXAMPLE.read_text())
-    err = one_line_error(fusec_cli("compile", program, "-o", f"{tmp_path}/./p.fz"), 2)
+    err = one_line_error(cli("compile", program, "-o", f"{tmp_path}/./p.fz"), 2)
     assert err == f"fusec compile: -o {tmp_path}/./p.fz: is the program itself; give another file name\n"
     assert program.read_text() == EXAMPLE.read_text()
 
 
-def test_output_where_writing_is_refused_is_a_usage_error():
+def test_output_where_writing_is_refused_is_a_usage_error(cli):
     # /sys refuses new files even to root, where a chmod would not.
-    err = one_line_error(fusec_cli("compile", EXAMPLE, "-o", "/sys/fusec-out.cu"), 2)
+    err = one_line_error(cli("compile", EXAMPLE, "-o", "/sys/fusec-out.cu"), 2)
     assert err.startswith("fusec compile: -o /sys/fusec-out.cu: ") and "ermission denied" in err
 
 
@@ -131,10 +143,10 @@ def test_a_failed_write_is_a_usage_error(run_cli, tmp_path, monkeypatch):
     assert (code, out, err) == (2, "", f"fusec compile: -o {tmp_path / 'out.cu'}: cannot write: No space left on device\n")
 
 
-def test_bench_checks_its_outputs_before_anything_else(tmp_path):
-    err = one_line_error(fusec_cli("bench", EXAMPLE, "--json", tmp_path / "no" / "rows.json"), 2)
+def test_bench_checks_its_outputs_before_anything_else(cli, tmp_path):
+    err = one_line_error(cli("bench", EXAMPLE, "--json", tmp_path / "no" / "rows.json"), 2)
     assert "fusec bench: --json" in err and "does not exist" in err
-    err = one_line_error(fusec_cli("bench", EXAMPLE, "--plot", tmp_path), 2)
+    err = one_line_error(cli("bench", EXAMPLE, "--plot", tmp_path), 2)
     assert err == f"fusec bench: --plot {tmp_path}: is a directory; give a file name\n"
 
 
@@ -152,14 +164,15 @@ def test_a_closed_pipe_is_not_an_internal_error():
 
 # ---- fusec cache
 
-def test_cache_dir_follows_the_environment(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("FUSEC_CACHE_DIR", "XDG_CACHE_HOME")}
-    run = lambda **extra: subprocess.run([sys.executable, "-m", "fusec", "cache", "dir"], capture_output=True,  # noqa: E731
-                                         text=True, cwd=ROOT, env=dict(env, PYTHONPATH=os.pathsep.join(sys.path),
-                                                                       HOME=str(tmp_path / "home"), **extra)).stdout
-    assert run() == f"{tmp_path}/home/.cache/fusec\n"
-    assert run(XDG_CACHE_HOME=str(tmp_path / "xdg")) == f"{tmp_path}/xdg/fusec\n"
-    assert run(XDG_CACHE_HOME=str(tmp_path / "xdg"), FUSEC_CACHE_DIR=str(tmp_path / "mine")) == f"{tmp_path}/mine\n"
+def test_cache_dir_follows_the_environment(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FUSEC_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cli("cache", "dir").stdout == f"{tmp_path}/home/.cache/fusec\n"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cli("cache", "dir").stdout == f"{tmp_path}/xdg/fusec\n"
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "mine"))
+    assert cli("cache", "dir").stdout == f"{tmp_path}/mine\n"
 
 
 def test_cache_clear_removes_fusecs_folders_only(tmp_path):
