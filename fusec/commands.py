@@ -1,17 +1,86 @@
-"""`fusec compile`: its arguments and the command."""
+"""The commands of the `fusec` command line: their arguments and what they do."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+from fusec import cache
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.errors import Diagnostic, FzError, Loc
+from fusec.errors import Diagnostic, FzError, Loc, Source
 from fusec.frontend import check_source
-from fusec.frontend.parser import read_source
+from fusec.frontend.parser import decode_source, read_source
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
+
+EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+STDIN = "-"  # as a FILE: read the program from standard input
+
+
+class UsageError(Exception):
+    """A usage error found after the arguments were parsed (exit 2): an output file that cannot be written."""
+
+
+def read_input(name: str) -> Source:
+    """A .fz file, or standard input for "-" (named <stdin> in messages)."""
+    if name != STDIN:
+        return read_source(name)
+    try:
+        data = sys.stdin.buffer.read()
+    except (AttributeError, OSError) as exc:  # no stdin at all (closed), or one that cannot be read
+        reason = getattr(exc, "strerror", None) or "it is closed"
+        raise FzError(Diagnostic(Loc(), f"cannot read standard input: {reason}"), Source("<stdin>", "")) from None
+    return decode_source(data, "<stdin>")
+
+
+def _output_file(option: str, name: str | None) -> None:
+    """Checks, before any work, that an output file can be created. Like cc and
+    nvcc, fusec does not create a missing folder: a typo in it is an error."""
+    if name is None:
+        return
+    path = Path(name)
+    if path.is_dir():
+        raise UsageError(f"{option} {name}: is a directory; give a file name")
+    folder = path.parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {name}: the folder {folder} does not exist (fusec does not create folders)")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{option} {name}: permission denied")
+
+
+def _write(option: str, name: str, write) -> None:
+    """Runs `write(path)`; a file system's refusal is a usage error, not a crash."""
+    try:
+        write(Path(name))
+    except OSError as exc:
+        raise UsageError(f"{option} {name}: cannot write: {exc.strerror or exc}") from None
+
+
+# ---- fusec check
+
+def add_check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE.fz", help="files to check; - reads standard input")
+
+
+def run_check(args) -> int:
+    """Checks every file, reporting each; exit 1 if any has an error."""
+    code = EXIT_OK
+    for name in args.files:
+        try:
+            program = check_source(read_input(name))
+        except FzError as exc:
+            print(exc, file=sys.stderr)
+            code = EXIT_PROGRAM
+            continue
+        names = ", ".join(p.name for p in program.pipelines)
+        print(f"{program.source.name}: ok ({len(program.stages)} stages; pipelines: {names})")
+    return code
+
+
+# ---- fusec compile
+
 
 
 def _arch(text: str) -> str:
@@ -29,8 +98,9 @@ def _regs(text: str) -> int:
 
 
 def add_compile_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE.fz")
-    p.add_argument("-o", dest="output", metavar="OUT.cu", help="write to this file (default: stdout)")
+    p.add_argument("file", metavar="FILE.fz", help="the program; - reads standard input")
+    p.add_argument("-o", dest="output", metavar="OUT.cu",
+                   help="write to this file, in an existing folder (default: stdout)")
     p.add_argument("--pipeline", metavar="NAME", help="compile only this pipeline (default: all)")
     p.add_argument("--unfused", action="store_true", help="one kernel per stage, for comparison")
     p.add_argument("--persistent", action="store_true",
@@ -44,7 +114,10 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_compile(args) -> int:
-    program = check_source(read_source(args.file))
+    _output_file("-o", args.output)
+    if args.output and args.file != STDIN and Path(args.output).resolve() == Path(args.file).resolve():
+        raise UsageError(f"-o {args.output}: is the program itself; give another file name")
+    program = check_source(read_input(args.file))
     names = [p.name for p in program.pipelines]
     if args.pipeline is not None and args.pipeline not in names:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
@@ -65,11 +138,13 @@ def run_compile(args) -> int:
             unfused = compile_pipeline(program, name, replace(options, fuse=False, persistent=False))
             print(report.table(fused.interface, unfused.interface), file=sys.stderr)
     if args.output:
-        Path(args.output).write_text(text)
+        _write("-o", args.output, lambda path: path.write_text(text))
     else:
         sys.stdout.write(text)
     return 0
 
+
+# ---- fusec bench
 
 def _size(text: str) -> int:
     try:
@@ -94,6 +169,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_bench(args) -> int:
+    _output_file("--json", args.json)
+    _output_file("--plot", args.plot)
     from fusec.runtime.backends.cuda import available
     if not available():
         print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
@@ -121,7 +198,36 @@ def run_bench(args) -> int:
     print()
     print(bench.format_rows(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps(bench.to_json(rows), indent=1) + "\n")
+        _write("--json", args.json, lambda path: path.write_text(json.dumps(bench.to_json(rows), indent=1) + "\n"))
     if args.plot:
-        bench.plot(rows, args.plot)
+        _write("--plot", args.plot, lambda path: bench.plot(rows, str(path)))
     return 0
+
+
+# ---- fusec cache
+
+def add_cache_arguments(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("dir", help="print the folder fusec keeps its builds in")
+    actions.add_parser("clear", help="remove everything fusec keeps there")
+
+
+def run_cache(args) -> int:
+    if args.action == "dir":
+        print(cache.root())
+        return EXIT_OK
+    try:
+        files, size = cache.clear()
+    except OSError as exc:
+        print(f"fusec cache clear: cannot remove {exc.filename or cache.root()}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_PROGRAM
+    print(f"removed {files} files, {_bytes(size)}, from {cache.root()}" if files else
+          f"nothing to remove in {cache.root()}")
+    return EXIT_OK
+
+
+def _bytes(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    return f"{size / 1024:.1f} KiB" if size < 1024 ** 2 else f"{size / 1024 ** 2:.1f} MiB"

@@ -11,7 +11,7 @@ import functools
 
 import jinja2
 
-from fusec.cache import cache_dir
+from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
 from fusec.ir.kernels import Access
@@ -40,16 +40,10 @@ from fusec.ir.program import fmt_shape
 
 @functools.cache
 def environment() -> jinja2.Environment:
-    # Compiled templates are kept on disk (Jinja2 keys them on the template's source).
-    cache = cache_dir("templates")
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        bytecode = jinja2.FileSystemBytecodeCache(str(cache))
-    except OSError:
-        bytecode = None
+    # Compiled templates are kept in fusec's cache (Jinja2 keys them on the template's source).
     return jinja2.Environment(loader=jinja2.PackageLoader("fusec.codegen", "templates"),
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True, bytecode_cache=bytecode)
+                              keep_trailing_newline=True, bytecode_cache=TemplateBytecodeCache())
 
 
 def emit_module(interface: LaunchInterface, source_name: str) -> str:

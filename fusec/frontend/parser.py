@@ -8,13 +8,15 @@ recursion limit.
 from __future__ import annotations
 
 import functools
+import io
+import sys
 from pathlib import Path
 
 from lark import Lark, Token, Transformer
 from lark import __version__ as lark_version
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from fusec.cache import cache_dir
+from fusec import cache
 from fusec.errors import Diagnostic, FzError, Loc, Source
 from fusec.frontend import syntax
 
@@ -33,19 +35,21 @@ _CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
 @functools.cache
 def _lark() -> Lark:
     grammar = (Path(__file__).parent / "grammar" / "fz.lark").read_text()
-    # The transformer builds the syntax tree as the parser reduces (no parse tree
-    # in between): half the time of a separate pass on large programs.
     # Lark's strict mode (regex collisions are errors) needs interegular, which a
     # plain install lacks: tests build the grammar strictly, users need not.
-    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True, transformer=_ToAst())
-    # Building the LALR tables takes ~250 ms; Lark keeps them on disk, keyed on
-    # the grammar and options, so later processes load them in a few ms.
-    cache = cache_dir("grammar")
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        return Lark(grammar, cache=str(cache / f"fz-lark-{lark_version}.tmp"), **options)
-    except OSError:  # a read-only home: build the tables in memory
-        return Lark(grammar, **options)
+    options = dict(parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+    def build() -> bytes:
+        tables = io.BytesIO()
+        Lark(grammar, **options).save(tables)
+        return tables.getvalue()
+    # Building the LALR tables takes ~250 ms; fusec's cache keeps them (Lark's own
+    # cache file is written in place, and its name is part of its key).
+    tables = cache.load_or_build("grammar", cache.key(grammar, repr(options), lark_version, sys.version), ".lark", build)
+    # The transformer builds the syntax tree as the parser reduces (no parse tree
+    # in between): half the time of a separate pass on large programs. Lark.load
+    # takes no options; _load is what Lark's own cache calls to add them.
+    return Lark.__new__(Lark)._load(io.BytesIO(tables), transformer=_ToAst())
 
 
 def read_source(path: str) -> Source:

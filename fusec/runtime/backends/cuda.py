@@ -5,14 +5,13 @@ RawModule, because CuPy adds -ftz=true to every compile, flushing f32
 denormals to zero. fusec compiles with NVRTC's IEEE defaults: no fast math,
 denormals kept, IEEE-rounded division and sqrt (nvcc's default FMA
 contraction stays on). Caches: in memory, one loaded module per (source, arch,
-device) in this process; on disk, one cubin per key under FUSEC_CACHE_DIR
-(default ~/.cache/fusec/cuda), the key hashing the source, the options, the
-arch, fusec's version and NVRTC's version.
+device) in this process; on disk, one cubin per key in fusec's cache
+(`fusec cache dir`), the key hashing the source, the options, the arch,
+fusec's version and NVRTC's version.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import operator
 import os
 import sys
@@ -21,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fusec import __version__
-from fusec.cache import cache_dir
+from fusec import __version__, cache
 from fusec.errors import ArgumentError
 from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam
 from fusec.target import BLOCK_SIZE
@@ -68,26 +66,22 @@ def compile_module(source: str, arch: str, native: bool) -> bytes:
     target = arch if native else "compute_" + arch.removeprefix("sm_")
     options = OPTIONS + (f"-arch={target}", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
     version = ".".join(map(str, nvrtc.getVersion()))
-    key = hashlib.sha256("\0".join((source, *options, __version__, version)).encode()).hexdigest()
-    path = cache_dir("cuda") / f"{key[:32]}.{'cubin' if native else 'ptx'}"
-    if path.exists():
-        return path.read_bytes()
-    program = nvrtc.createProgram(source, "fusec_module.cu", [], [])
-    try:
+
+    def build() -> bytes:
+        program = nvrtc.createProgram(source, "fusec_module.cu", [], [])
         try:
-            nvrtc.compileProgram(program, list(options) + [f"-I{d}" for d in include_dirs()])
-        except nvrtc.NVRTCError:
-            raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
-                               + nvrtc.getProgramLog(program)) from None
-        cubin = nvrtc.getCUBIN(program) if native else nvrtc.getPTX(program)
-        cubin = cubin.encode() if isinstance(cubin, str) else cubin
-    finally:
-        nvrtc.destroyProgram(program)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_bytes(cubin)
-    partial.replace(path)  # atomic: a concurrent process never reads half a file
-    return cubin
+            try:
+                nvrtc.compileProgram(program, list(options) + [f"-I{d}" for d in include_dirs()])
+            except nvrtc.NVRTCError:
+                raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
+                                   + nvrtc.getProgramLog(program)) from None
+            code = nvrtc.getCUBIN(program) if native else nvrtc.getPTX(program)
+        finally:
+            nvrtc.destroyProgram(program)
+        return code.encode() if isinstance(code, str) else code
+    # Atomic, digest-checked and built once among concurrent processes (fusec.cache).
+    key = cache.key(source, *options, __version__, version)
+    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build)
 
 
 def load_module(source: str, arch: str):

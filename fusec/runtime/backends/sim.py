@@ -8,19 +8,17 @@ the module text, the shim and the compiler command.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from fusec.cache import cache_dir
 from fusec.codegen.sim_launcher import emit_sim_launcher
 from fusec.errors import ArgumentError
 from fusec.ir.launch import KernelParam, LaunchInterface
 from fusec.runtime.host_arrays import HostArrays
+from fusec.runtime.host_compiler import compile_shared_library
 from fusec.target import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
@@ -28,7 +26,7 @@ SHIM = Path(__file__).with_name("fusec_sim.h")
 PERSISTENT_SIM_BLOCKS = 2
 # -fwrapv: signed overflow wraps, as on the GPU; -ffp-contract=off: no FMA
 # contraction, so f32 arithmetic rounds after each operation, as NumPy does.
-CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
+CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-w"]
 
 
 def cuda_include_dir() -> str | None:
@@ -62,21 +60,9 @@ class SimBackend:
     def _build(self, cuda_source: str, interface: LaunchInterface) -> Path:
         launcher = emit_sim_launcher(interface, "module.cu")
         include = cuda_include_dir()
-        command = ["g++", *CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
-        key = hashlib.sha256("\0".join([cuda_source, launcher, SHIM.read_text(), *command]).encode()).hexdigest()
-        folder = cache_dir("sim") / key[:24]
-        library = folder / "module.so"
-        if library.exists():
-            return library
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "module.cu").write_text(cuda_source)
-        (folder / "launch.cpp").write_text(launcher)
-        partial = folder / f"module.{os.getpid()}.so"
-        proc = subprocess.run(command + ["launch.cpp", "-o", partial.name], cwd=folder, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"the host compiler rejected the emitted module (a fusec bug):\n{proc.stderr[-4000:]}")
-        partial.replace(library)  # atomic: a concurrent build never sees half a file
-        return library
+        flags = [*CXXFLAGS, "-include", str(SHIM)] + ([f"-I{include}"] if include else [])
+        return compile_shared_library({"module.cu": cuda_source, "launch.cpp": launcher},
+                                      key_parts=[SHIM.read_text()], flags=flags)
 
     # ---- launching
     def block(self, variant: str) -> int:
