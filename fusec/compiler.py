@@ -13,18 +13,18 @@ from fusec.codegen.emit import emit_module
 from fusec.ir.launch import LaunchInterface
 from fusec.ir.program import Program
 from fusec.ir.stages import StageGraph
-from fusec.passes.fusion import FusionOptions, Partition, fuse
+from fusec.passes.fusion import FUSE_MODES, FusionOptions, Partition, fuse
 from fusec.passes.lower import lower
 from fusec.passes.plan import PlanOptions, plan_launches
-from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs, default_max_regs
+from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 
 @dataclass(frozen=True, slots=True)
 class CompileOptions:
     """What a user may choose; every entry point (CLI, `fusec.jit`, `fusec bench`) builds one."""
 
-    fuse: bool = True
-    max_regs: int | None = None  # the fusion budget; None: the target's default for `arch`
+    fuse: bool | str = "auto"    # "auto" (the cost model decides), "all", "none"; True and False mean auto and none
+    max_regs: int | None = None  # a register cap on every fused kernel; None: the cost model alone decides
     arch: str = DEFAULT_ARCH
     persistent: bool = False     # every kernel grid-stride over a device-filling grid
     multi_tensor: bool = False   # the pipeline's one kernel, over many sets of arrays (foreach)
@@ -33,10 +33,10 @@ class CompileOptions:
         check_arch(self.arch)
         if self.max_regs is not None:
             check_max_regs(self.max_regs)
-
-    @property
-    def budget(self) -> int:
-        return self.max_regs if self.max_regs is not None else default_max_regs(self.arch)
+        mode = {True: "auto", False: "none"}.get(self.fuse, self.fuse) if isinstance(self.fuse, bool) else self.fuse
+        if mode not in FUSE_MODES:
+            raise ValueError(f"fuse: expected one of {', '.join(FUSE_MODES)} (or True/False), got {self.fuse!r}")
+        object.__setattr__(self, "fuse", mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +53,8 @@ class Compiled:
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     pipeline = program.pipeline(name)
     graph = lower(program, pipeline)
-    partition = fuse(graph, FusionOptions(fuse=options.fuse, max_regs=options.budget))
+    partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch))
     interface = plan_launches(pipeline, graph, partition,
-                              PlanOptions(fused=options.fuse, max_regs=options.budget, arch=options.arch,
+                              PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
                                           grid_stride=options.persistent, multi_tensor=options.multi_tensor))
     return Compiled(program, graph, partition, interface, emit_module(interface, program.source.name))

@@ -104,7 +104,7 @@ def test_cli_emit_report_json_fields(run_cli):
     (kernel,) = json.loads(stdout)
     assert kernel["name"] == "scale_bias_relu_k0" and kernel["stages"] == ["scale", "bias", "relu"]
     assert kernel["bytes_read"] == 4 and kernel["bytes_written"] == 4 and kernel["est_regs"] > 0
-    assert len(kernel["fusion"]) == 3
+    assert len(kernel["fusion"]) == 4 and kernel["fusion"][0].startswith("partition: ")
     code, stdout, _ = run_cli("compile", str(ROOT / "examples/scale_bias_relu.fz"), "--emit", "report", "--unfused")
     assert [k["bytes_read"] + k["bytes_written"] for k in json.loads(stdout)] == [8, 8, 8]
 

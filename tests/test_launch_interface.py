@@ -12,7 +12,6 @@ from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.ir.launch import Elementwise, GridStride, MultiTensor, RegisterLoop
 from fusec.passes.plan import PlanError
 from fusec.report import report
-from fusec.target import default_max_regs
 
 PIPELINES = pipelines()
 FORMS = {"fused": CompileOptions(), "unfused": CompileOptions(fuse=False),
@@ -65,7 +64,7 @@ def _wide(inputs: int) -> str:
             f"    o = s * ({' + '.join(f'x{i}' for i in range(inputs))});\n}}\n")
 
 
-# Fused, its estimate lies between the sm_90 budget (64) and the sm_86 one (80).
+# Fused, its estimate lies between the sm_90 half-occupancy budget (64) and the sm_86 one (80).
 BUDGET_DECIDES = _wide(28)
 
 
@@ -78,15 +77,19 @@ def test_cli_and_jit_give_the_same_kernels_for_a_target(tmp_path, run_cli, arch)
     f = fusec.jit(str(source), arch=arch, backend="numpy")
     assert f.compiled.cuda == cuda
     code, stdout, _ = run_cli("compile", str(source), "--arch", arch, "--emit", "report")
-    assert all(row["max_regs"] == default_max_regs(arch) and row["arch"] == arch for row in json.loads(stdout))
+    assert all(row["arch"] == arch for row in json.loads(stdout))
+    code, capped, _ = run_cli("compile", str(source), "--arch", arch, "--max-regs", "48")
+    assert code == 0 and capped == fusec.jit(str(source), arch=arch, max_regs=48, backend="numpy").compiled.cuda
 
 
-def test_the_budget_of_the_target_decides_the_partition():
+def test_the_target_decides_the_occupancy_the_model_assumes():
+    from fusec.passes.cost import target_costs, warps_per_sm
+    assert target_costs("sm_90").max_warps_per_sm == 64 and target_costs("sm_86").max_warps_per_sm == 48
+    assert warps_per_sm(24, target_costs("sm_90")) == 64 and warps_per_sm(24, target_costs("sm_86")) == 48
     program = fusec.frontend.check_source(fusec.errors.Source("deep.fz", BUDGET_DECIDES))
-    counts = {arch: len(compile_pipeline(program, "deep", CompileOptions(arch=arch)).interface.kernels)
-              for arch in ("sm_86", "sm_90")}
-    assert default_max_regs("sm_86") == 80 and default_max_regs("sm_90") == 64
-    assert counts["sm_86"] < counts["sm_90"], counts
+    predicted = {arch: compile_pipeline(program, "deep", CompileOptions(arch=arch)).partition.predicted_us
+                 for arch in ("sm_86", "sm_90")}
+    assert predicted["sm_86"] != predicted["sm_90"]
 
 
 @pytest.mark.parametrize("bad,message", [

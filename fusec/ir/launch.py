@@ -196,6 +196,26 @@ class KernelParam:
 
 
 @dataclass(frozen=True, slots=True)
+class Prediction:
+    """The cost model's time for one kernel over a number of elements (passes.cost)."""
+
+    us: float
+    memory_us: float
+    compute_us: float
+    warps: int
+    bytes_per_element: int
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_us >= self.compute_us else "compute"
+
+    def describe(self) -> str:
+        return (f"{self.us:.1f} µs predicted ({self.bound}-bound: {self.memory_us:.1f} µs moving "
+                f"{self.bytes_per_element} B/element, {self.compute_us:.1f} µs of arithmetic; "
+                f"{self.warps} warps/SM)")
+
+
+@dataclass(frozen=True, slots=True)
 class KernelLaunch:
     """A kernel as the runtimes see it: its computation, form, variants and parameters."""
 
@@ -203,6 +223,7 @@ class KernelLaunch:
     form: Form
     variants: tuple[Variant, ...]
     params: tuple[KernelParam, ...]
+    prediction: Prediction | None = None  # the cost model's, for the variant tried first
 
     @property
     def name(self) -> str:

@@ -1,32 +1,46 @@
-"""The fusion pass: partitions a stage graph into kernels.
+"""The fusion pass: which stages become one kernel, decided by the cost model.
 
-Each stage, in program order, joins the latest kernel it may join:
- - the kernel's iteration space must equal the stage's (every value then
-   flows between stages at the same index, i.e. within one thread);
- - joining a kernel before the last one moves the stage up past the kernels
-   in between, so it must not read what they produce nor write a buffer they
-   read or write;
- - the merged kernel's register estimate must stay within the budget.
-Values that only stages of the same kernel read stay in registers; a value
-read by another kernel, or a pipeline result, is still stored. Every choice
-is recorded as a `Decision` for the report.
+Candidates (passes.partitions): the greedy merge under register caps from 32
+to 255 (what a fixed budget would pick), everything that may fuse fused
+(--fuse all), and the cheapest consecutive split of every run of stages
+(dynamic programming over the cost model's price of each group). Each
+candidate kernel is priced as it will run: built as the plan pass builds it,
+with the variant the runtime launches first and that variant's own register
+estimate (passes.variants, passes.cost). The cheapest candidate wins; the
+decisions record why each stage is where it is, and the prediction of the
+chosen partition beside the runners-up.
+
+A register budget given by the user (`max_regs`) is a hard cap: only
+candidates within it are considered. --fuse none is the unfused form; --fuse
+all ignores every budget.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
-from fusec.ir.program import fmt_shape
-from fusec.ir.stages import Decision, Stage, StageGraph
+from fusec.ir.launch import Elementwise, RegisterLoop
+from fusec.ir.stages import Decision, StageGraph
 from fusec.passes.build_kernel import build_kernel
-from fusec.passes.liveness import live_stages
-from fusec.passes.variants import kernel_registers
-from fusec.target import default_max_regs
+from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, predict, target_costs
+from fusec.passes.partitions import Context, Group, decisions_for, greedy, segments
+from fusec.passes.variants import plan_variants
+from fusec.target import DEFAULT_ARCH
+
+FUSE_MODES = ("auto", "all", "none")
+# The caps of the greedy candidates: what fixed budgets from a quarter to all
+# of the register file per thread would pick.
+CAPS = (32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 255)
+# A repeat count given at call time is priced as this many iterations.
+NOMINAL_COUNT = 10
 
 
 @dataclass(frozen=True, slots=True)
 class FusionOptions:
-    fuse: bool = True
-    max_regs: int = field(default_factory=default_max_regs)  # registers per thread a kernel may use
+    mode: str = "auto"
+    max_regs: int | None = None   # a hard cap on the estimate of the variant that runs
+    arch: str = DEFAULT_ARCH
+    elements: int = NOMINAL_ELEMENTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,110 +49,127 @@ class Partition:
     stored: tuple[frozenset[str], ...]    # values each kernel writes to memory
     decisions: tuple[Decision, ...]
     # Per loop of the graph: its kernels (group indices), and whether they are one
-    # persistent kernel iterating in registers (else they are launched `count` times).
+    # kernel iterating in registers (else they are launched `count` times).
     loops: tuple[tuple[tuple[int, ...], bool], ...] = ()
+    predicted_us: float | None = None     # the cost model's total for the chosen candidate
 
 
 def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partition:
-    stages = graph.stages
-    if not options.fuse:
-        groups = [[i] for i in range(len(stages))]
+    if options.mode not in FUSE_MODES:
+        raise ValueError(f"fuse mode must be one of {', '.join(FUSE_MODES)}, got {options.mode!r}")
+    if options.mode == "none":
+        stages = graph.stages
         decisions = [Decision(s.name, i, False, "unfused form: one kernel per stage") for i, s in enumerate(stages)]
         loops = tuple((tuple(range(loop.start, loop.stop)), False) for loop in graph.loops)
-        return Partition(tuple(map(tuple, groups)), tuple(frozenset(s.outputs) for s in stages), tuple(decisions),
-                         loops)
+        return Partition(tuple((i,) for i in range(len(stages))), tuple(frozenset(s.outputs) for s in stages),
+                         tuple(decisions), loops)
+    ctx = Context.of(graph)
+    pricer = Pricer(ctx, options)
+    if options.mode == "all":
+        groups, decisions = greedy(ctx, lambda group, stage: None)
+        return _partition(ctx, groups, decisions, pricer.total(groups))
+    candidates: dict[tuple, list] = {}  # partition -> [its names, groups, decisions]
 
-    live = live_stages(graph)
-    producer = {v: i for i, s in enumerate(stages) for v in s.outputs}
-    readers: dict[str, set[int]] = {}
-    for j in live:
-        for v in stages[j].reads():
-            readers.setdefault(v, set()).add(j)
-    # Pipeline results, what a loop reads from its buffers when it starts, and each
-    # iteration's exit values (the next iteration reads them from memory).
-    must_store = set(graph.results) | set(graph.loop_inputs) | {e for lp in graph.loops for _, e in lp.carried}
-    groups: list[list[int]] = []
-    decisions: list[Decision] = []
-    for i, stage in enumerate(stages):
-        if i not in live:
-            decisions.append(Decision(stage.name, -1, False, "dropped: nothing the pipeline returns reads it"))
-            continue
-        refusals: list[str] = []
-        joined = None
-        for k in range(len(groups) - 1, -1, -1):
-            members = [stages[j] for j in groups[k]]
-            if graph.loop_of(groups[k][0]) != graph.loop_of(i):
-                refusals.append(f"not fused with k{k}: a 'repeat' boundary lies between them")
-                break
-            if members[0].shape != stage.shape:
-                refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
-                                f"{fmt_shape(members[0].shape)}")
-            else:
-                candidate = build_kernel(graph, members + [stage], _stored(graph, readers, must_store, groups[k] + [i]))
-                regs = kernel_registers(candidate)
-                if regs > options.max_regs:
-                    refusals.append(f"not fused with k{k}: estimated {regs} registers "
-                                    f"> budget {options.max_regs}")
-                    break
-                joined = k
-                decisions.append(Decision(stage.name, k, True,
-                                          f"fused into k{k} ({_relation(stage, members, producer)})"))
-                break
-            conflict = _conflict(graph, stage, members)
-            if conflict:
-                refusals.append(f"cannot move before k{k}: {conflict}")
-                break
-        if joined is None:
-            groups.append([i])
-            reason = "; ".join(refusals) if refusals else "first stage"
-            decisions.append(Decision(stage.name, len(groups) - 1, False, f"starts k{len(groups) - 1} ({reason})"))
-        else:
-            groups[joined].append(i)
-            decisions.extend(Decision(stage.name, joined, False, r) for r in refusals)
+    def add(name: str, groups: list[list[int]], decisions: list[Decision] | None) -> None:
+        entry = candidates.setdefault(_key(groups), [[], groups, decisions])
+        entry[0].append(name)
+
+    caps = [c for c in CAPS if options.max_regs is None or c <= options.max_regs]
+    if options.max_regs is not None and options.max_regs not in caps:
+        caps.append(options.max_regs)
+    for cap in caps:
+        add(f"greedy under {cap} registers", *greedy(ctx, pricer.within(cap)))
+    if options.max_regs is None:
+        add("everything fused", *greedy(ctx, lambda group, stage: None))
+    add("cheapest consecutive split",
+        segments(ctx, pricer.group_us if options.max_regs is None else pricer.capped(options.max_regs)), None)
+    if not ctx.live:
+        return _partition(ctx, [], [], 0.0)
+    priced = sorted(((pricer.total(g), _names(names), g, d) for names, g, d in candidates.values()),
+                    key=lambda c: (c[0], len(c[2])))
+    us, name, groups, decisions = priced[0]
+    if decisions is None:
+        decisions = decisions_for(ctx, groups)
+    others = "; ".join(f"{n}: {u:.0f} µs, {len(g)} kernel{'s' if len(g) != 1 else ''}" for u, n, g, _ in priced[1:4])
+    summary = Decision("partition", 0, False, f"{name}: {us:.0f} µs predicted at {options.elements} elements"
+                       + (f" (next: {others})" if others else ""))
+    return _partition(ctx, groups, [summary] + decisions, us)
+
+
+def _names(names: list[str]) -> str:
+    """The candidates that gave one partition: greedy caps as a range."""
+    caps = [int(n.split()[2]) for n in names if n.startswith("greedy under ")]
+    rest = [n for n in names if not n.startswith("greedy under ")]
+    if caps:
+        rest.insert(0, f"greedy under {caps[0]}{f'-{caps[-1]}' if len(caps) > 1 else ''} registers")
+    return ", ".join(rest)
+
+
+def _key(groups: list[list[int]]) -> tuple:
+    return tuple(map(tuple, groups))
+
+
+def _partition(ctx: Context, groups: list[list[int]], decisions: list[Decision], us: float | None) -> Partition:
+    graph = ctx.graph
     loops = []
+    extra = []
     for n, loop in enumerate(graph.loops):
         members = tuple(k for k, g in enumerate(groups) if graph.loop_of(g[0]) == n)
-        # One kernel for the whole body: it iterates in registers, a persistent kernel.
-        body = [j for j in range(loop.start, loop.stop) if j in live]
+        body = [j for j in range(loop.start, loop.stop) if j in ctx.live]
+        # One kernel for the whole body: it iterates in registers.
         loops.append((members, len(members) == 1 and len(groups[members[0]]) == len(body)))
         if not loops[-1][1] and members:
-            decisions.append(Decision(stages[loop.start].name, members[0], False,
-                                      f"repeat body is {len(members)} kernels, launched {loop.count} times: "
-                                      "not one persistent kernel"))
-    return Partition(tuple(map(tuple, groups)), tuple(_stored(graph, readers, must_store, g) for g in groups),
-                     tuple(decisions), tuple(loops))
+            extra.append(Decision(graph.stages[loop.start].name, members[0], False,
+                                  f"repeat body is {len(members)} kernels, launched {loop.count} times: "
+                                  "not one kernel iterating in registers"))
+    return Partition(tuple(map(tuple, groups)), tuple(ctx.stored(tuple(g)) for g in groups),
+                     tuple(decisions + extra + ctx.dropped()), tuple(loops), us)
 
 
-def _stored(graph: StageGraph, readers: dict[str, set[int]], must_store: set[str],
-            group: list[int]) -> frozenset[str]:
-    """Values produced in the group that must reach memory: those in `must_store`,
-    and those a stage outside the group reads (`readers`: value -> stages reading it)."""
-    inside = set(group)
-    produced = [v for j in group for v in graph.stages[j].outputs]
-    return frozenset(v for v in produced if v in must_store or readers.get(v, set()) - inside)
+class Pricer:
+    """The cost model's price of a group of stages as one kernel (cached per group)."""
 
+    def __init__(self, ctx: Context, options: FusionOptions):
+        self.ctx, self.options = ctx, options
+        self.costs = target_costs(options.arch)
+        self.price = functools.lru_cache(maxsize=None)(self._price)
 
-def _relation(stage: Stage, members: list[Stage], producer: dict[str, int]) -> str:
-    made_here = {v: s for s in members for v in s.outputs}
-    for v in sorted(stage.reads()):
-        if v in made_here:
-            return f"vertical: reads {v} from {made_here[v].name}"
-    for v in sorted(stage.reads()):
-        for s in members:
-            if v in s.reads() and v not in producer:
-                return f"sibling: shares input {v} with {s.name}"
-    return "horizontal: same iteration space, no shared data"
+    def _price(self, group: Group) -> tuple[int, Prediction, float]:
+        """(registers of the variant that runs, its prediction, µs including repeats)."""
+        graph = self.ctx.graph
+        stages = [graph.stages[i] for i in group]
+        loop_index = graph.loop_of(group[0])
+        loop = graph.loops[loop_index] if loop_index >= 0 else None
+        body = [j for j in range(loop.start, loop.stop) if j in self.ctx.live] if loop else []
+        count = (loop.count if isinstance(loop.count, int) else NOMINAL_COUNT) if loop else 1
+        if loop is not None and list(group) == body:  # the whole body: one kernel iterating in registers
+            needed = {lv for lv, _ in loop.carried if lv in graph.results
+                      or any(lv in s.reads() for s in graph.stages[loop.stop:])}
+            kernel = build_kernel(graph, stages, needed, loop=loop)
+            form, repeats = RegisterLoop(count), 1
+        else:
+            kernel = build_kernel(graph, stages, set(self.ctx.stored(group)))
+            form, repeats = Elementwise(), count
+        variant = plan_variants(kernel, form, lambda buffer: 0, self.costs)[0]
+        iterations = count if isinstance(form, RegisterLoop) else 1
+        prediction = predict(kernel, variant, self.options.elements, self.costs, iterations)
+        return variant.est_regs, prediction, prediction.us * repeats
 
+    def group_us(self, group: Group) -> float:
+        return self.price(group)[2]
 
-def _conflict(graph: StageGraph, stage: Stage, members: list[Stage]) -> str:
-    """Why `stage` cannot be moved before these stages, or ''."""
-    written = {v: s for s in members for v in s.outputs}
-    for v in sorted(stage.reads()):
-        if v in written:
-            return f"reads {v}, which {written[v].name} produces"
-    its_buffers = {graph.value(v).buffer for v in stage.outputs}
-    for s in members:
-        touched = {graph.value(v).buffer for v in s.reads() | set(s.outputs)}
-        for buf in sorted(its_buffers & touched):
-            return f"writes {buf}, which {s.name} also uses"
-    return ""
+    def capped(self, cap: int):
+        def price(group: Group) -> float:
+            regs, _, us = self.price(group)
+            return us if regs <= cap or len(group) == 1 else float("inf")
+        return price
+
+    def within(self, cap: int):
+        """accept() for the greedy: the merged kernel's variant that runs stays within `cap` registers."""
+        def accept(group: Group, stage: int) -> str | None:
+            regs = self.price(group + (stage,))[0]
+            return None if regs <= cap else f"estimated {regs} registers > budget {cap}"
+        return accept
+
+    def total(self, groups: list[list[int]]) -> float:
+        return sum(self.group_us(tuple(g)) for g in groups)

@@ -34,6 +34,7 @@ from fusec.ir.launch import (
 from fusec.ir.program import Pipeline
 from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
+from fusec.passes.cost import NOMINAL_ELEMENTS, predict, target_costs
 from fusec.passes.fusion import Partition
 from fusec.passes.variants import plan_variants
 from fusec.target import FOREACH_CHUNK
@@ -43,7 +44,7 @@ from fusec.types import I64
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     fused: bool
-    max_regs: int
+    max_regs: int | None
     arch: str
     grid_stride: bool = False   # every kernel grid-stride over a device-filling grid (`--persistent`)
     multi_tensor: bool = False  # the pipeline's one kernel over many sets of arrays (foreach)
@@ -72,11 +73,14 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
     steps = _steps(graph, partition, loop_kernels, slots)
     if options.multi_tensor:
         _check_multi_tensor(graph, kernels, steps)
+    costs = target_costs(options.arch)
     launches = []
     for k, kernel in enumerate(kernels):
         form = _form(options, loops.get(k), slots)
-        launches.append(KernelLaunch(kernel, form, plan_variants(kernel, form, slots.__getitem__),
-                                     _params(kernel, form, slots)))
+        variants = plan_variants(kernel, form, slots.__getitem__, costs)
+        iterations = form.count if isinstance(form, RegisterLoop) and isinstance(form.count, int) else 1
+        prediction = predict(kernel, variants[0], NOMINAL_ELEMENTS, costs, iterations)
+        launches.append(KernelLaunch(kernel, form, variants, _params(kernel, form, slots), prediction))
     notes = tuple(d for d in partition.decisions if d.kernel < 0)
     return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes)
 

@@ -20,6 +20,7 @@ from fusec.ir.launch import (
     WorkItemGrid,
     unhandled,
 )
+from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import estimate_registers
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
@@ -66,21 +67,25 @@ def vector_width(kernel: Kernel, scalar_regs: int) -> int:
     return width
 
 
-def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int]) -> tuple[Variant, ...]:
+def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
+                  costs: TargetCosts | None = None) -> tuple[Variant, ...]:
     """The variants of `kernel` in `form`, in the order the runtime tries them.
-    `slot_of(buffer)` numbers the arrays as the call signature does."""
+    `slot_of(buffer)` numbers the arrays as the call signature does. With
+    `costs`, the vector variant takes the width the cost model predicts fastest
+    (a narrower vector keeps fewer registers live: more warps per SM)."""
     name = kernel.name
     match form:
         case Elementwise():
             scalar_regs = kernel_registers(kernel)
             scalar = Variant(name, 1, ElementGrid(), scalar_regs)
-            width = vector_width(kernel, scalar_regs)
-            if width == 1:
-                return (scalar,)
-            vector = Variant(f"{name}_v{width}", width, ElementGrid(),
-                             kernel_registers(kernel, elements_per_thread=width),
-                             _alignment(kernel, width, slot_of), whole_rows=kernel.needs_coordinates)
-            return vector, scalar
+            widest = vector_width(kernel, scalar_regs)
+            options = [Variant(f"{name}_v{w}", w, ElementGrid(), kernel_registers(kernel, elements_per_thread=w),
+                               _alignment(kernel, w, slot_of), whole_rows=kernel.needs_coordinates)
+                       for w in _widths(widest)]
+            if costs is not None and options:
+                options = [_narrowest_needed(kernel, options + [scalar], costs)]
+                options = [v for v in options if v is not scalar]
+            return (*options[:1], scalar)
         case GridStride():
             return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, grid_stride=True)),)
         case RegisterLoop():
@@ -91,6 +96,31 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int]) -> 
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs, _alignment(kernel, width, slot_of)),)
         case _:
             unhandled(form)
+
+
+# A narrower vector (or none) is taken only where the cost model predicts it at
+# least this much faster than the wider one: the model's resolution, not noise.
+NARROWER_MARGIN = 0.05
+
+
+def _narrowest_needed(kernel: Kernel, options: list[Variant], costs: TargetCosts) -> Variant:
+    """The widest variant, unless a narrower one is predicted clearly faster."""
+    chosen = options[0]
+    chosen_us = predict(kernel, chosen, NOMINAL_ELEMENTS, costs).us
+    for variant in options[1:]:
+        us = predict(kernel, variant, NOMINAL_ELEMENTS, costs).us
+        if us < chosen_us * (1 - NARROWER_MARGIN):
+            chosen, chosen_us = variant, us
+    return chosen
+
+
+def _widths(widest: int) -> list[int]:
+    """The vector widths to consider, widest first: halving down to 2."""
+    out = []
+    while widest > 1:
+        out.append(widest)
+        widest //= 2
+    return out
 
 
 def _alignment(kernel: Kernel, width: int, slot_of: Callable[[str], int]) -> tuple[tuple[int, int], ...]:

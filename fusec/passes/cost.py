@@ -1,0 +1,122 @@
+"""The cost model: a predicted time for a kernel on the target, from what it moves and computes.
+
+For one kernel over N elements, running the variant that runs (the first in
+the launch order; arrays are assumed aligned):
+
+    memory  = bytes(N) / BW(KiB of loads in flight per SM)
+    compute = N * sum(op costs) / efficiency(warps per SM)
+    time    = launch + max(memory, compute) + OVERLAP * min(memory, compute)
+
+- occupancy: warps per SM from the variant's register estimate (registers are
+  allocated per warp in units of 256; 8-warp blocks; at most 64 warps);
+- BW(x) = copy * (1 - exp(-x / x0)): Little's law saturating at the copy
+  bandwidth, with x the bytes a thread's loads keep in flight (elements per
+  thread times the widths of its arrays) times the threads per SM. Fitted on
+  the H200 to benchmarks/occupancy_bandwidth.py (bytes in flight against
+  bandwidth, 8 to 64 warps, 4 to 32 bytes a thread);
+- op costs: benchmarks/op_costs.py (each op, f32 and f64, in fusec's own
+  emitted code with the whole GPU busy), in picoseconds per element;
+- a register estimate beyond 255 spills: each register beyond is a store and
+  a load of 4 bytes an element through local memory.
+
+The parameters of each architecture are data (fusec/target_data/ARCH.json):
+measured for sm_90; another architecture uses sm_90's, with its own limit of
+threads per SM (stated defaults, not measurements).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fusec.ir.kernels import Kernel
+from fusec.ir.launch import Prediction, Variant
+from fusec.target import MAX_THREADS_PER_SM
+
+DATA = Path(__file__).resolve().parent.parent / "target_data"
+
+# Nominal size at which partitions are compared when the sizes are not known
+# (compile time): large enough that bandwidth, not launches, decides.
+NOMINAL_ELEMENTS = 2 ** 26
+
+# Threads per block (fusec launches 256) and the warps of one block.
+BLOCK_WARPS = 8
+REGISTER_UNIT = 256  # registers are allocated to a warp in units of 256
+MAX_REGS = 255
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCosts:
+    arch: str
+    sms: int
+    registers_per_sm: int
+    max_warps_per_sm: int
+    copy_tb_per_s: float         # a 16-byte copy at full occupancy: the memory system's limit
+    in_flight_kib: float         # x0 of BW(x): KiB in flight per SM for 63 % of the copy bandwidth
+    launch_us: float             # one kernel's launch and tail on the device
+    overlap: float               # the share of the shorter of memory and compute that does not overlap
+    alu_half_warps: float        # warps at which arithmetic runs at half its full-occupancy rate
+    op_ps: dict                  # {"f32"|"f64": {op: picoseconds per element}}
+    default_op_ps: float         # an op not in the table (a compare, a select, a cast)
+    measured: str
+
+    def op_cost(self, op: str, bits64: bool) -> float:
+        table = self.op_ps["f64" if bits64 else "f32"]
+        return table.get(op, self.default_op_ps * (2 if bits64 else 1))
+
+
+@functools.cache
+def target_costs(arch: str) -> TargetCosts:
+    path = DATA / f"{arch.removesuffix('a')}.json"
+    stated = not path.exists()
+    data = json.loads((DATA / "sm_90.json" if stated else path).read_text())
+    # Another architecture: sm_90's figures, but its own occupancy limit (threads per SM).
+    warps = MAX_THREADS_PER_SM.get(int(arch.split("_")[1].rstrip("a")), 2048) // 32 if stated else \
+        data["max_warps_per_sm"]
+    costs = TargetCosts(
+        arch=arch, sms=data["sms"], registers_per_sm=data["registers_per_sm"],
+        max_warps_per_sm=warps, copy_tb_per_s=data["model"]["copy_tb_per_s"],
+        in_flight_kib=data["model"]["in_flight_kib"], launch_us=data["model"]["launch_us"],
+        overlap=data["model"]["overlap"], alu_half_warps=data["model"]["alu_half_warps"],
+        op_ps=data["op_ps_per_element"], default_op_ps=data["model"]["default_op_ps"],
+        measured=data["measured"] if not stated else f"sm_90's figures (no measurement for {arch})")
+    return costs
+
+
+def warps_per_sm(regs: int, costs: TargetCosts) -> int:
+    """Resident warps per SM for a kernel of `regs` registers a thread in 8-warp blocks."""
+    per_warp = math.ceil(min(regs, MAX_REGS) * 32 / REGISTER_UNIT) * REGISTER_UNIT
+    blocks = min(costs.max_warps_per_sm // BLOCK_WARPS, costs.registers_per_sm // (per_warp * BLOCK_WARPS))
+    return max(1, blocks) * BLOCK_WARPS
+
+
+def compute_ps(kernel: Kernel, costs: TargetCosts) -> float:
+    """Picoseconds of arithmetic per element with the whole GPU busy (loads and constants are free)."""
+    total = 0.0
+    for ins in kernel.body.instrs:
+        if ins.op in ("load", "const"):
+            continue
+        bits64 = ins.type.compute.bits == 64
+        total += costs.op_cost(ins.op, bits64)
+    return total
+
+
+def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts, iterations: int = 1) -> Prediction:
+    """The predicted time of `variant` of `kernel` over `elements` elements (a
+    loop kernel computing its body `iterations` times in registers)."""
+    warps = warps_per_sm(variant.est_regs, costs)
+    moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
+        sum(a.type.itemsize for a, _ in kernel.stores)
+    loaded_per_thread = variant.elements_per_thread * sum(a.type.itemsize for a in kernel.loads if a.contiguous)
+    spilled = max(0, variant.est_regs - MAX_REGS)
+    moved_total = moved + 8 * spilled  # each spilled register: a 4-byte store and load an element
+    in_flight_kib = warps * 32 * max(loaded_per_thread, 1) / 1024
+    bandwidth = costs.copy_tb_per_s * (1 - math.exp(-in_flight_kib / costs.in_flight_kib))
+    memory_us = elements * moved_total / (bandwidth * 1e12) * 1e6
+    half = costs.alu_half_warps
+    efficiency = (warps / (warps + half)) / (costs.max_warps_per_sm / (costs.max_warps_per_sm + half))
+    compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6
+    us = costs.launch_us + max(memory_us, compute_us) + costs.overlap * min(memory_us, compute_us)
+    return Prediction(us, memory_us, compute_us, warps, moved)
