@@ -28,6 +28,7 @@ class CompileOptions:
     arch: str = DEFAULT_ARCH
     persistent: bool = False     # every kernel grid-stride over a device-filling grid
     multi_tensor: bool = False   # the pipeline's one kernel, over many sets of arrays (foreach)
+    partition: tuple[tuple[int, ...], ...] | None = None  # stage indices per kernel, chosen elsewhere (tuning)
 
     def __post_init__(self):
         check_arch(self.arch)
@@ -53,7 +54,8 @@ class Compiled:
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     pipeline = program.pipeline(name)
     graph = lower(program, pipeline)
-    partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch))
+    partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch,
+                                          groups=options.partition))
     interface = plan_launches(pipeline, graph, partition,
                               PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
                                           grid_stride=options.persistent, multi_tensor=options.multi_tensor))

@@ -37,6 +37,8 @@ def test_seed_chain_fuses_to_one_kernel_keeping_intermediates_in_registers():
 
 def test_every_example_fuses_to_one_kernel():
     for path in sorted((ROOT / "examples").glob("*.fz")):
+        if path.stem == "fusion_hurts":  # the example where one kernel is slower (test_decisions)
+            continue
         c = compiled(path.relative_to(ROOT))
         assert len(kernels(c)) == 1, path.name
 

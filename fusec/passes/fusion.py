@@ -23,7 +23,7 @@ from fusec.ir.launch import Elementwise, RegisterLoop
 from fusec.ir.stages import Decision, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, predict, target_costs
-from fusec.passes.partitions import Context, Group, decisions_for, greedy, segments
+from fusec.passes.partitions import Context, Group, decisions_for, greedy, illegal, segments
 from fusec.passes.variants import plan_variants
 from fusec.target import DEFAULT_ARCH
 
@@ -41,6 +41,7 @@ class FusionOptions:
     max_regs: int | None = None   # a hard cap on the estimate of the variant that runs
     arch: str = DEFAULT_ARCH
     elements: int = NOMINAL_ELEMENTS
+    groups: tuple[tuple[int, ...], ...] | None = None  # a partition chosen elsewhere (fusec tune): used as given
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +66,38 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
                          tuple(decisions), loops)
     ctx = Context.of(graph)
     pricer = Pricer(ctx, options)
+    if options.groups is not None:
+        groups = [list(g) for g in options.groups]
+        why = illegal(ctx, groups)
+        if why:
+            raise ValueError(f"this partition cannot run: {why}")
+        us = pricer.total(groups)
+        summary = Decision("partition", 0, False, f"given: {us:.0f} µs predicted at {options.elements} elements")
+        return _partition(ctx, groups, [summary] + decisions_for(ctx, groups), us)
     if options.mode == "all":
         groups, decisions = greedy(ctx, lambda group, stage: None)
         return _partition(ctx, groups, decisions, pricer.total(groups))
+    if not ctx.live:
+        return _partition(ctx, [], [], 0.0)
+    priced = _ranked(ctx, pricer, options)
+    us, name, groups, decisions = priced[0]
+    if decisions is None:
+        decisions = decisions_for(ctx, groups)
+    others = "; ".join(f"{n}: {u:.0f} µs, {len(g)} kernel{'s' if len(g) != 1 else ''}" for u, n, g, _ in priced[1:4])
+    summary = Decision("partition", 0, False, f"{name}: {us:.0f} µs predicted at {options.elements} elements"
+                       + (f" (next: {others})" if others else ""))
+    return _partition(ctx, groups, [summary] + decisions, us)
+
+
+def ranked_partitions(graph: StageGraph, options: FusionOptions = FusionOptions()) -> list[tuple]:
+    """Every candidate of the auto mode, best first: (predicted µs, which candidates, groups)."""
+    ctx = Context.of(graph)
+    return [(us, name, groups) for us, name, groups, _ in _ranked(ctx, Pricer(ctx, options), options)] \
+        if ctx.live else []
+
+
+def _ranked(ctx: Context, pricer: "Pricer", options: FusionOptions) -> list[tuple]:
+    """(predicted µs, names, groups, decisions or None) of every candidate, cheapest first."""
     candidates: dict[tuple, list] = {}  # partition -> [its names, groups, decisions]
 
     def add(name: str, groups: list[list[int]], decisions: list[Decision] | None) -> None:
@@ -83,17 +113,8 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         add("everything fused", *greedy(ctx, lambda group, stage: None))
     add("cheapest consecutive split",
         segments(ctx, pricer.group_us if options.max_regs is None else pricer.capped(options.max_regs)), None)
-    if not ctx.live:
-        return _partition(ctx, [], [], 0.0)
-    priced = sorted(((pricer.total(g), _names(names), g, d) for names, g, d in candidates.values()),
-                    key=lambda c: (c[0], len(c[2])))
-    us, name, groups, decisions = priced[0]
-    if decisions is None:
-        decisions = decisions_for(ctx, groups)
-    others = "; ".join(f"{n}: {u:.0f} µs, {len(g)} kernel{'s' if len(g) != 1 else ''}" for u, n, g, _ in priced[1:4])
-    summary = Decision("partition", 0, False, f"{name}: {us:.0f} µs predicted at {options.elements} elements"
-                       + (f" (next: {others})" if others else ""))
-    return _partition(ctx, groups, [summary] + decisions, us)
+    return sorted(((pricer.total(g), _names(names), g, d) for names, g, d in candidates.values()),
+                  key=lambda c: (c[0], len(c[2])))
 
 
 def _names(names: list[str]) -> str:
@@ -173,3 +194,9 @@ class Pricer:
 
     def total(self, groups: list[list[int]]) -> float:
         return sum(self.group_us(tuple(g)) for g in groups)
+
+
+def predict_partition(graph: StageGraph, groups: list[list[int]], options: FusionOptions = FusionOptions()) -> float:
+    """The cost model's total for any legal partition of `graph` (µs at options.elements)."""
+    ctx = Context.of(graph)
+    return Pricer(ctx, options).total(groups)

@@ -130,6 +130,34 @@ def segments(ctx: Context, price: Callable[[Group], float]) -> list[list[int]]:
     return groups
 
 
+def illegal(ctx: Context, groups: list[list[int]]) -> str | None:
+    """Why launching `groups` in order (each kernel running its stages in program
+    order) would not compute what the program says, or None where it would."""
+    graph, stages = ctx.graph, ctx.graph.stages
+    kernel_of = {}
+    for k, group in enumerate(groups):
+        if not group:
+            return f"kernel {k} is empty"
+        for i in group:
+            if i in kernel_of or i not in ctx.live:
+                return f"stage {i} is {'in two kernels' if i in kernel_of else 'dead'}"
+            kernel_of[i] = k
+        first = stages[group[0]]
+        for i in group[1:]:
+            if stages[i].shape != first.shape or graph.loop_of(i) != graph.loop_of(group[0]):
+                return f"stages {group[0]} and {i} differ in iteration space or loop"
+    if set(kernel_of) != set(ctx.live):
+        return "not every live stage is in a kernel"
+    order = sorted(kernel_of)
+    for a_pos, a in enumerate(order):
+        for b in order[a_pos + 1:]:
+            if kernel_of[a] <= kernel_of[b]:
+                continue  # runs before (or with) b, as in the program
+            if _conflict(graph, stages[b], [stages[a]]) or set(stages[a].reads()) & set(stages[b].outputs):
+                return f"stage {stages[b].name} would run before {stages[a].name}, which it depends on"
+    return None
+
+
 def decisions_for(ctx: Context, groups: list[list[int]]) -> list[Decision]:
     """Why each stage is in its kernel, for a partition found by `segments`."""
     stages = ctx.graph.stages
@@ -169,3 +197,38 @@ def _conflict(graph: StageGraph, stage: Stage, members: list[Stage]) -> str:
         for buf in sorted(its_buffers & touched):
             return f"writes {buf}, which {s.name} also uses"
     return ""
+
+
+def neighbours(ctx: Context, groups: list[list[int]]) -> list[list[list[int]]]:
+    """Every legal partition one move from `groups`: a stage moved to the kernel
+    before or after its own, a kernel split in two, or two neighbouring kernels merged."""
+    out = []
+    for k, group in enumerate(groups):
+        for i in group:
+            for other in (k - 1, k + 1):
+                if 0 <= other < len(groups):
+                    moved = [list(g) for g in groups]
+                    moved[k].remove(i)
+                    moved[other] = sorted(moved[other] + [i])
+                    out.append([g for g in moved if g])
+        for cut in range(1, len(group)):
+            out.append(groups[:k] + [group[:cut], group[cut:]] + groups[k + 1:])
+        if k + 1 < len(groups):
+            out.append(groups[:k] + [sorted(group + groups[k + 1])] + groups[k + 2:])
+    unique = {tuple(map(tuple, p)): p for p in out if illegal(ctx, p) is None}
+    unique.pop(tuple(map(tuple, groups)), None)
+    return list(unique.values())
+
+
+def random_partition(ctx: Context, rng) -> list[list[int]]:
+    """Each run of stages (as `segments` sees them) cut at random places."""
+    graph = ctx.graph
+    groups: list[list[int]] = []
+    for i in sorted(ctx.live):
+        same = groups and graph.stages[groups[-1][-1]].shape == graph.stages[i].shape \
+            and graph.loop_of(groups[-1][-1]) == graph.loop_of(i)
+        if same and rng.random() < 0.6:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
