@@ -194,6 +194,7 @@ class Interpreter:
             else:
                 store[p.name] = np.asarray(check_scalar(p, value), compute_dtype(p.type))
         dims = bind_dims(pipeline, {p.name: store[p.name].shape for p in pipeline.params if p.is_array})
+        check_repeat_counts(pipeline, store)
         for out in pipeline.outputs:
             store[out.name] = np.empty(concrete(out.shape, dims), numpy_dtype(out.type))
         with np.errstate(all="ignore"):
@@ -205,8 +206,6 @@ class Interpreter:
         for stmt in stmts:
             if isinstance(stmt, Repeat):
                 count = stmt.count if isinstance(stmt.count, int) else int(store[stmt.count])
-                if count < 0:
-                    raise ArgumentError(f"repeat count '{stmt.count}' is negative ({count})")
                 for _ in range(count):
                     self._stmts(pipeline, stmt.body, store, dims)
             else:
@@ -246,6 +245,35 @@ class Interpreter:
             else:
                 vals.append(np.asarray(apply_op(ins.op, ins.type, operands)))
         return [vals[i] for i in body.results]
+
+
+MAX_REPEAT = (1 << 63) - 1  # repeat counts are signed 64-bit in emitted code
+
+
+def check_repeat_counts(pipeline: Pipeline, scalars: dict) -> None:
+    """Every count parameter of a `repeat`, before anything runs: from 0 to 2^63 - 1, and
+    at least 1 where the loop alone assigns a value read after it (`Repeat.unassigned_if_zero`)."""
+    for stmt in walk_repeats(pipeline.body):
+        if isinstance(stmt.count, int):
+            continue
+        count = int(scalars[stmt.count])
+        if count < 0:
+            raise ArgumentError(f"repeat count '{stmt.count}' is negative ({count})")
+        if count > MAX_REPEAT:
+            raise ArgumentError(f"repeat count '{stmt.count}' is {count}; at most 2^63 - 1 ({MAX_REPEAT})")
+        if count == 0 and stmt.unassigned_if_zero:
+            names = " and ".join(f"'{n}'" for n in stmt.unassigned_if_zero)
+            raise ArgumentError(f"repeat count '{stmt.count}' is 0, but {names} "
+                                f"{'is' if len(stmt.unassigned_if_zero) == 1 else 'are'} assigned only inside "
+                                f"that 'repeat' (line {stmt.loc.line}) and read after it; pass a count of at "
+                                "least 1")
+
+
+def walk_repeats(stmts):
+    for stmt in stmts:
+        if isinstance(stmt, Repeat):
+            yield stmt
+            yield from walk_repeats(stmt.body)
 
 
 def run(program: Program, name: str, *args, **kwargs):

@@ -104,3 +104,23 @@ def test_literals_are_rounded_where_stored_and_kept_in_f32_as_f16_operands(form)
     assert (e == nearest(3 * Fraction(float(np.float32(0.1))), np.float16)).all()
     assert (g.astype(np.float64) == 0.10009765625).all()
     assert (k == np.finfo(np.float32).max).all()
+
+
+LOOP_ONLY = """
+pipeline p(x: f32[n], k: i32) -> (y: f32[n], z: f32[n], w: f32[n]) {
+    repeat 2 { w = x + 1.0; }
+    repeat k { y = x * 2.0; z = y + w; }
+    z = z + y;
+}
+"""
+
+
+@pytest.mark.parametrize("form", FORMS[1:], ids=FORM_IDS[1:])
+def test_outputs_that_only_a_loop_assigns_reach_memory(form):
+    f = fusec.jit(LOOP_ONLY, **form)
+    x = np.arange(1000, dtype=np.float32)
+    for k in (1, 3):
+        y, z, w = f(x, k)
+        np.testing.assert_array_equal(w, x + 1)
+        np.testing.assert_array_equal(y, x * 2)
+        np.testing.assert_array_equal(z, (x * 2 + (x + 1)) + x * 2)

@@ -41,8 +41,14 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
             raise FzError(Diagnostic(stmt.loc, "code generation for a 'repeat' inside a 'repeat' is not "
                                                "implemented yet; run this pipeline with backend='numpy'"),
                           program.source)
-        carried_slots = [t for t in dict.fromkeys(t for a in walk_applies(stmt.body) for t in a.targets)
-                         if t in current]
+        assigned = list(dict.fromkeys(t for a in walk_applies(stmt.body) for t in a.targets))
+        for t in assigned:
+            if t not in current and pipeline.slot(t).role == "out":
+                # An output only the loop assigns is carried too, so that its last value is
+                # stored; its entry is the unwritten buffer, which the body never reads (the
+                # checker sees to that, and the binder to a count of at least 1).
+                new_version(t)
+        carried_slots = [t for t in assigned if t in current]
         loop_inputs += [current[t] for t in carried_slots]
         loop_values = []
         for t in carried_slots:
