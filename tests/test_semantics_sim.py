@@ -124,3 +124,40 @@ def test_outputs_that_only_a_loop_assigns_reach_memory(form):
         np.testing.assert_array_equal(w, x + 1)
         np.testing.assert_array_equal(y, x * 2)
         np.testing.assert_array_equal(z, (x * 2 + (x + 1)) + x * 2)
+
+
+# Scalar-only statements: inlined into their readers (no kernel of their own),
+# except where the value must be in memory: carried around a repeat (the entry
+# and the loop's statement), and what reads it after the loop.
+SCALAR_ONLY = {
+    "chain": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n"
+              "    t = s * 2.0;\n    u = t + 1.0;\n    y = x * u + t;\n}", 0),
+    "f16_store_rounds": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n"
+                         "    t = f16(s * 0.1);\n    y = x + f32(t) * 1000.0;\n}", 0),
+    "narrow_int_wraps": ("pipeline p(x: i32[n], s: f32, k: i32) -> (y: i32[n]) {\n"
+                         "    t = i8(k) * i8(100);\n    y = x + i32(t);\n}", 0),
+    "stage_two_results": ("stage sc(a: f32) -> (p: f32, q: bf16) { p = a * a; q = a / 3.0; }\n"
+                          "pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n], z: f32[n]) {\n"
+                          "    a, b = sc(s);\n    y = x * a;\n    z = x + f32(b);\n}", 0),
+    "dead": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n    t = s * 2.0;\n    y = x;\n}", 0),
+    "in_loop": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n"
+                "    y = x;\n    repeat k { t = s * 0.5; y = y * t + 1.0; }\n}", 0),
+    "carried": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n"
+                "    t = s + 1.0;\n    repeat k { t = t * 0.5; }\n    u = t * 3.0;\n    y = x * u;\n}", 3),
+    "loop_emptied": ("pipeline p(x: f32[n], s: f32, k: i32) -> (y: f32[n]) {\n"
+                     "    y = x;\n    repeat k { t = s * 0.5; }\n    y = y + 1.0;\n}", 0),
+}
+
+
+@pytest.mark.parametrize("form", FORMS[1:], ids=FORM_IDS[1:])
+@pytest.mark.parametrize("name", list(SCALAR_ONLY))
+def test_scalar_only_statements_agree_with_the_reference_in_every_form(name, form):
+    source, kernels_0d = SCALAR_ONLY[name]
+    f, ref = fusec.jit(source, **form), fusec.jit(source, backend="numpy")
+    assert sum(1 for k in f.compiled.plan.kernels if k.shape == ()) == kernels_0d
+    dtype = np.int32 if "x: i32" in source else np.float32
+    x = (np.arange(300) - 150).astype(dtype)
+    for s, k in ((0.7, 3), (-1.3e4, 1), (2.0, 5)):
+        got, expected = f(x, s, k), ref(x, s, k)
+        for a, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+            np.testing.assert_array_equal(a, e)
