@@ -60,7 +60,7 @@ def describe(weak: Weak) -> str:
     if isinstance(node, syntax.Unary) and node.op == "-" and isinstance(node.operand, syntax.Num):
         node, sign = node.operand, "-"
     if isinstance(node, syntax.Num):
-        return f"{'float' if node.is_float else 'integer'} literal {sign}{node.text}"
+        return f"{'float' if node.is_float else 'integer'} literal {sign}{syntax.abbreviate(node.text)}"
     return f"the literal expression's value {literals.show(weak.value)}"
 
 
@@ -193,7 +193,7 @@ class ExprChecker:
                 return self.error(node.loc, str(exc))
         value = syntax.parse_int(node.text)
         if value > INT_RANGE[BY_NAME["u64"]][1]:
-            return self.error(node.loc, f"integer literal {node.text} is too large (more than 64 bits)")
+            return self.error(node.loc, f"integer literal {syntax.abbreviate(node.text)} is too large (more than 64 bits)")
         return Weak(value, "int", node)
 
     def _name(self, node: syntax.Name) -> Typed:

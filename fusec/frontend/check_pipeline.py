@@ -119,20 +119,27 @@ class PipelineChecker:
         if p.name in self.current:
             self.diags.error(p.loc, f"duplicate name '{p.name}' in pipeline '{self.d.name}'")
             return None
+        if p.inout and kind == "out":
+            self.diags.error(p.loc, f"'inout' is for a parameter the pipeline updates in place; output "
+                                    f"'{p.name}' is written by it: drop 'inout' here, or declare `inout "
+                                    f"{p.name}: ...` among the parameters")
         if p.type.dims is None:
-            if p.inout:
-                self.diags.error(p.loc, f"'inout' needs an array; '{p.name}' is a scalar")
+            if p.inout and kind != "out":
+                self.diags.error(p.loc, f"'inout' needs an array; '{p.name}' is a scalar (a scalar parameter "
+                                        "cannot be assigned)")
             if kind == "out":
                 self.diags.error(p.loc, f"output '{p.name}' must be an array: give it dims, e.g. f32[n]")
                 return None
         for dim in p.type.dims or ():
             if isinstance(dim.value, int) and dim.value > MAX_DIM:
-                self.diags.error(dim.loc, f"dim {dim.value} is too large")
+                shown = f" {dim.value}" if dim.value < syntax.TOO_LARGE else ""
+                self.diags.error(dim.loc, f"dim{shown} is too large (at most 2^62)")
         if scalar_type is None:
             self.poisoned.add(p.name)
             return None
         shape = None if p.type.dims is None else tuple(dim.value for dim in p.type.dims)
-        role = "out" if kind == "out" else "inout" if p.inout else "in" if shape is not None else "scalar"
+        # The role follows from the kind of declaration, whatever mode was (wrongly) written.
+        role = "out" if kind == "out" else "scalar" if shape is None else "inout" if p.inout else "in"
         slot = Slot(p.name, scalar_type, shape, role, loc=p.loc)
         self.current[p.name] = slot
         self.slots.append(slot)
@@ -215,7 +222,8 @@ class PipelineChecker:
                 return None, f"{allowed}; {expr.text} is not an integer"
             count = syntax.parse_int(expr.text)
             if count > MAX_REPEAT:
-                return None, f"a repeat count is at most 2^63 - 1 ({MAX_REPEAT}); {expr.text} is larger"
+                return None, (f"a repeat count is at most 2^63 - 1 ({MAX_REPEAT}); {syntax.abbreviate(expr.text)} "
+                              "is larger")
             return count, None
         if isinstance(expr, syntax.Unary) and expr.op == "-" and isinstance(expr.operand, syntax.Num):
             return None, f"a repeat count cannot be negative (-{expr.operand.text})"

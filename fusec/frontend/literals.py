@@ -22,6 +22,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from fusec.frontend.syntax import abbreviate
+
 # Precision (bits, with the implicit one), smallest and largest normal exponent.
 FORMATS = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127), "f64": (53, -1022, 1023)}
 
@@ -60,7 +62,7 @@ def parse_float(text: str) -> Fraction | float:
         return 0.0
     exponent = int(exp or 0) - len(frac)
     if abs(exponent + len(digits) - 1) > MAX_DECIMAL_EXPONENT:
-        raise LiteralError(f"float literal {text} is out of range for every float type")
+        raise LiteralError(f"float literal {abbreviate(text)} is out of range for every float type")
     if len(digits) > MAX_DIGITS:
         sticky = "1" if digits[MAX_DIGITS:].strip("0") else "0"
         exponent += len(digits) - MAX_DIGITS - 1
