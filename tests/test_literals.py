@@ -164,3 +164,13 @@ def test_parse_float_is_exact():
     assert parse_float("1.5e-3") == Fraction(3, 2000)
     assert parse_float(".5") == Fraction(1, 2) and parse_float("2.") == 2
     assert parse_float("0." + "0" * 900 + "1e905") == 10 ** 4  # long texts: the exponent is normalised
+
+
+def test_a_literal_beyond_f64_meeting_a_type_is_a_located_error_not_an_overflow():
+    # found by the malformed-input fuzz: math.copysign converted the huge Fraction to float
+    assert error("y = x + 1e309;", "x: f32[n]", "y: f32[n]")[2].startswith(
+        "float literal 1e309 is out of range for f32")
+    assert error("y = x + -1e309;", "x: f64[n]", "y: f64[n]")[2].startswith(
+        "float literal -1e309 is out of range for f64")
+    # exact: 10**309 is not an f64, but its remainder by 7 is
+    assert constants(program("y = x + (1e309 % 7.0);", "x: f64[n]", "y: f64[n]")) == [("f64", float(10 ** 309 % 7))]

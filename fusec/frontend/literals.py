@@ -129,7 +129,7 @@ def _fold_float(op: str, a, b):
         if op == "div":
             return a / b
         r = a - b * math.trunc(a / b)  # fmod: the sign of the dividend
-        return r if r else math.copysign(0.0, a)
+        return r if r else _sign(a) * 0.0
     # A zero, an infinity or a NaN takes part: IEEE arithmetic. A finite non-zero
     # operand acts only through its sign there, except where it is the result.
     if op in ("add", "sub") and _is_zero(b) and isinstance(a, Fraction):
@@ -159,12 +159,17 @@ def _exact(r: Fraction):
     return r if r else 0.0  # x - x is +0 when rounding to nearest
 
 
+def _sign(v: Fraction) -> float:
+    """±1.0 (math.copysign would convert a huge Fraction to float, which overflows)."""
+    return -1.0 if v < 0 else 1.0
+
+
 def _is_zero(v) -> bool:
     return isinstance(v, float) and v == 0.0
 
 
 def _stand_in(v) -> np.float64:
-    return np.float64(math.copysign(1.0, v) if isinstance(v, Fraction) else v)
+    return np.float64(_sign(v) if isinstance(v, Fraction) else v)
 
 
 def from_float(x: float):
@@ -197,12 +202,12 @@ def round_to(value, fmt: str) -> float:
     if x < Fraction(2) ** e:
         e -= 1  # now 2**e <= x < 2**(e + 1)
     if e > emax:
-        return math.copysign(math.inf, value)
+        return _sign(value) * math.inf
     quantum = Fraction(2) ** (max(e, emin) - bits + 1)
     rounded = round(x / quantum) * quantum  # round() of a Fraction is half to even
     if rounded >= Fraction(2) ** (emax + 1):
-        return math.copysign(math.inf, value)
-    return math.copysign(float(rounded), value)
+        return _sign(value) * math.inf
+    return _sign(value) * float(rounded)
 
 
 def largest(fmt: str) -> float:
