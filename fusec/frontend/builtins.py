@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +40,14 @@ BUILTINS: dict[str, Builtin] = {
     "isinf": Builtin(1, "class"),
 }
 
-# Weak float constants, and the two bools.
-FLOAT_CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
+# Weak float constants (pi and e to more digits than f64 holds, so that a literal
+# of any type rounds them once: see literals), and the two bools.
+FLOAT_CONSTANTS = {
+    "pi": Fraction("3.14159265358979323846264338327950288419716939937510582097494459"),
+    "e": Fraction("2.71828182845904523536028747135266249775724709369995957496696763"),
+    "inf": math.inf,
+    "nan": math.nan,
+}
 BOOL_CONSTANTS = {"true": True, "false": False}
 
 # Operators: source spelling -> IR op name.

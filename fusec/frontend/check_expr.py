@@ -15,7 +15,15 @@ from typing import Callable, Mapping, Union
 
 from fusec.errors import Diagnostics, Loc
 from fusec.frontend import literals, syntax
-from fusec.frontend.builtins import ARITH_OPS, BOOL_CONSTANTS, BUILTINS, COMPARE_OPS, LOGIC_OPS, unknown_function
+from fusec.frontend.builtins import (
+    ARITH_OPS,
+    BOOL_CONSTANTS,
+    BUILTINS,
+    COMPARE_OPS,
+    FLOAT_CONSTANTS,
+    LOGIC_OPS,
+    unknown_function,
+)
 from fusec.ir.program import BodyBuilder, Instr, StageFn
 from fusec.types import BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, INT_RANGE, ScalarType, can_convert, promote
 
@@ -200,8 +208,8 @@ class ExprChecker:
         found = self.lookup(node.id, node.loc)
         if found is not None:
             return found
-        if node.id in literals.CONSTANTS:
-            return Weak(literals.CONSTANTS[node.id], "float", node)
+        if node.id in FLOAT_CONSTANTS:
+            return Weak(FLOAT_CONSTANTS[node.id], "float", node)
         if node.id in BOOL_CONSTANTS:
             return self.emit("const", (), BOOL, node.loc, BOOL_CONSTANTS[node.id])
         return self.error(node.loc, f"unknown name '{node.id}'")

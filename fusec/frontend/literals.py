@@ -34,17 +34,9 @@ MAX_DECIMAL_EXPONENT = 400
 # Significant digits kept exactly; the rest only as "nonzero" (sticky), which
 # is enough to round to f64 once (an f64 tie has at most 767 digits).
 MAX_DIGITS = 800
-# Integer `**` and exact float `**` stop here (bits of the result): beyond it no
-# type holds the value anyway.
+# Bits of a `**` result: beyond this an integer power is an error (no type holds
+# it) and a float power is computed in f64 rather than exactly.
 MAX_POWER_BITS = 4096
-
-# pi and e to more digits than f64 holds, so that rounding them to any type rounds once.
-CONSTANTS = {
-    "pi": Fraction("3.14159265358979323846264338327950288419716939937510582097494459"),
-    "e": Fraction("2.71828182845904523536028747135266249775724709369995957496696763"),
-    "inf": math.inf,
-    "nan": math.nan,
-}
 
 _FLOAT_TEXT = re.compile(r"(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
 
