@@ -102,3 +102,9 @@ def test_the_cli_prints_the_hint_with_a_caret_and_no_internals(tmp_path, run_cli
                              "`y = y + ...;`")
     assert lines[1] == "        y += 1.0;" and lines[2] == "          ^"
     assert "Traceback" not in err and "lark" not in err
+
+
+@pytest.mark.parametrize("text", ["    y = c &&", "    y = x *", "    y = x >"])
+def test_an_operator_before_the_end_of_the_file_is_not_taken_for_one_the_language_lacks(text):
+    (found,) = diagnostics(P + text)
+    assert "unexpected end of file" in found[2]

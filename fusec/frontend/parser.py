@@ -81,8 +81,9 @@ def parse(source: Source) -> syntax.File:
 
 
 def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
-    token = exc.token if isinstance(exc, UnexpectedToken) and exc.token.type != "$END" else None
-    pos = token.start_pos if token is not None else exc.pos_in_stream
+    at_end = isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
+    token = exc.token if isinstance(exc, UnexpectedToken) and not at_end else None
+    pos = len(source.text) if at_end else token.start_pos if token is not None else exc.pos_in_stream
     if pos is not None:
         stack = list(getattr(exc.state, "value_stack", None) or ())
         found = syntax_hints.hint(syntax_hints.ParseFailure(source.text, pos, token, stack))

@@ -86,13 +86,14 @@ def _target(f: ParseFailure) -> str:
 
 def _operator(f: ParseFailure) -> tuple[int, str] | None:
     """A spelling of _OPERATORS in the run of operator characters at the error,
-    starting at or before it and reaching it (`x >> 3` fails at the second '>')."""
+    starting at or before it and covering it (`x >> 3` fails at the second '>';
+    `x &&` at the end of the file is not about '&')."""
     text, start = f.text, f.pos
     while start > 0 and text[start - 1] in _OPERATOR_CHARS:
         start -= 1
     for s in range(start, f.pos + 1):
         for spelling, message in _OPERATORS.items():
-            if text.startswith(spelling, s) and s + len(spelling) >= f.pos:
+            if text.startswith(spelling, s) and s + len(spelling) > f.pos:
                 return s, message(_target(f))
     return None
 
