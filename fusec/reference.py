@@ -90,9 +90,40 @@ def cast(value: np.ndarray, src: ScalarType, dst: ScalarType) -> np.ndarray:
             out[t >= hi] = hi
         return out
     if dst.is_float:
+        if dst.name == "bf16" and (src.compute.bits == 64 or (src.is_int and src.bits >= 32)):
+            value = _f32_round_to_odd(_f64_round_to_odd(value) if src.is_int else value.astype(np.float64))
         # round through the storage type (f16/bf16), compute in f32
         return value.astype(numpy_dtype(dst)).astype(compute_dtype(dst))
     return value.astype(numpy_dtype(dst))
+
+
+# ml_dtypes converts to bf16 through f32, which rounds twice from a source wider
+# than f32's 24 bits. Rounding to odd in the wider steps (the last bit set when
+# anything was dropped) keeps the final rounding to nearest even exact
+# (Boldo and Melquiond, "When double rounding is odd", 2005). NumPy's f64 -> f16
+# is direct, and an integer beyond f32's 24 bits is beyond f16's range.
+def _f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """f64 -> f32, truncated toward zero with the last bit set if inexact."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.asarray(x.astype(np.float32))
+        back = f.astype(np.float64)
+    inexact = (back != x) & ~np.isnan(x)
+    away = inexact & (np.abs(back) > np.abs(x))  # rounded away from zero (to inf, too): step back
+    bits = f.view(np.uint32)
+    bits = np.where(away, bits - np.uint32(1), bits) | inexact.astype(np.uint32)
+    return bits.view(np.float32)
+
+
+def _f64_round_to_odd(v: np.ndarray) -> np.ndarray:
+    """A 64-bit integer -> f64: exact below 2^53; above, its low 11 bits become one sticky bit."""
+    with np.errstate(over="ignore"):
+        mag = v.astype(np.uint64)
+        if np.issubdtype(v.dtype, np.signedinteger):
+            mag = np.where(v < 0, np.uint64(0) - mag, mag)  # |MIN| too
+    sticky = ((mag & np.uint64(0x7FF)) != 0).astype(np.uint64)
+    odd = ((mag >> np.uint64(11)) | sticky).astype(np.float64) * 2048.0
+    mag_f = np.where(mag >= np.uint64(1 << 53), odd, mag.astype(np.float64))
+    return np.where(v < 0, -mag_f, mag_f)
 
 
 def _erf(x):
@@ -235,6 +266,13 @@ class Interpreter:
             else:
                 vals.append(np.asarray(apply_op(ins.op, ins.type, operands)))
         return [vals[i] for i in body.results]
+
+
+def walk_repeats(stmts):
+    for stmt in stmts:
+        if isinstance(stmt, Repeat):
+            yield stmt
+            yield from walk_repeats(stmt.body)
 
 
 def run(program: Program, name: str, *args, **kwargs):

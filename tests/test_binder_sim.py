@@ -89,7 +89,7 @@ def test_the_messages_name_what_is_wrong():
     cases = [
         (lambda: f(h, b, 1e300, 1), "parameter 's' is f32; 1e\\+300 is out of its range"),
         (lambda: f(h, b, 10 ** 400, 1), "parameter 's' is f32; 1000"),
-        (lambda: f(h, b, 1.0, 2 ** 63), "repeat count 'k' is 9223372036854775808; a count is at most 2\\*\\*63 - 1"),
+        (lambda: f(h, b, 1.0, 2 ** 63), "repeat count 'k' is 9223372036854775808; at most 2\\^63 - 1"),
         (lambda: f(h, b, 1.0, -1), "parameter 'k' is u64; -1 is out of its range"),
         (lambda: f(h, b[:4].copy(), 1.0, 1), "parameter 'b': dim 'cols' is 4 here but 5 from parameter 'h'"),
         (lambda: f(h, b, 1.0, 1, out=(out[0], out[1][:3])), "output 'z': out= array has shape \\(3,\\), expected \\(5,\\)"),

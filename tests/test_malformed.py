@@ -44,8 +44,14 @@ CASES = [
     ("inout_scalar", "pipeline p(inout s: f32, x: f32[n]) -> (y: f32[n]) { y = x; }", 1, 18, "'inout' needs an array"),
     ("output_never_assigned", "pipeline p(x: f32[n]) -> (y: f32[n], z: f32[n]) {\n    y = x;\n}",
      1, 38, "output 'z' is never assigned"),
-    ("output_only_in_repeat", "pipeline p(x: f32[n]) -> (y: f32[n]) {\n    repeat 3 { y = x; }\n}",
-     1, 27, "assigned only inside 'repeat'"),
+    ("output_only_in_repeat_0", "pipeline p(x: f32[n]) -> (y: f32[n]) {\n    repeat 0 { y = x; }\n}",
+     1, 27, "'y' is assigned only inside the 'repeat' at line 2, which runs 0 times"),
+    ("output_read_after_repeat_0", "pipeline p(x: f32[n]) -> (y: f32[n], z: f32[n]) {\n    repeat 0 { y = x; }\n"
+                                   "    z = y + 1.0;\n    y = z;\n}", 3, 9, "which runs 0 times"),
+    ("repeat_count_too_large", P + "    y = x;\n    repeat 9223372036854775808 { y = y * s; }\n}", 3, 12,
+     "a repeat count is at most 2^63 - 1 (9223372036854775807)"),
+    ("repeat_count_too_large_hex", P + "    y = x;\n    repeat 0xffffffffffffffff { y = y * s; }\n}", 3, 12,
+     "at most 2^63 - 1"),
     ("stage_no_return", "stage f(a: f32) -> f32 { let t = a; }" + F_USE, 1, 7, "stage 'f' has no 'return'"),
     ("stage_unassigned_result", "stage g(a: f32) -> (u: f32, v: f32) { u = a; }\n"
                                 "pipeline p(x: f32[n]) -> (y: f32[n]) { y, z = g(x); }",

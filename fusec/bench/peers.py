@@ -182,7 +182,8 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
                 loop = loops[pending]
                 pending += 1
                 for (loop_value, _), entry in zip(loop.carried, loop.entries):
-                    env[loop_value] = env[entry]
+                    if entry in env:  # an output only the loop assigns has no value before it
+                        env[loop_value] = env[entry]
                 for _ in range(loop.count if isinstance(loop.count, int) else int(env[loop.count])):
                     for stage in stages[loop.start:loop.stop]:
                         run_stage(stage, env)

@@ -123,13 +123,26 @@ def cast_expr(src: ScalarType, dst: ScalarType, arg: str) -> str:
         lo, hi = INT_RANGE[dst]
         return f"fz_f2i<{C_TYPES[dst.name]}>({arg}, {const(lo, dst)}, {const(hi, dst)})"
     if dst.name == "f16":
+        # An integer beyond f32's 24 bits is beyond f16's range (65520 rounds to inf), so
+        # through float (or double) it rounds once; __double2half is correctly rounded.
         inner = f"__double2half({arg})" if src.compute.bits == 64 else f"__float2half_rn({_as_float(src, arg)})"
         return f"__half2float({inner})"
     if dst.name == "bf16":
-        inner = (f"__double2bfloat16({arg})" if src.compute.bits == 64
-                 else f"__float2bfloat16_rn({_as_float(src, arg)})")
-        return f"__bfloat162float({inner})"
+        return f"__bfloat162float({_to_bf16(src, arg)})"
     return f"({compute_type(dst)}){arg}"
+
+
+# Conversions to bf16 that round once from a source wider than f32's 24 bits
+# (through float, i32 -> f32 -> bf16 would round twice). CUDA's own, correctly
+# rounded on the device and, with round-to-odd, on the host (the sim).
+_BF16_FROM = {"f64": "__double2bfloat16", "i32": "__int2bfloat16_rn", "u32": "__uint2bfloat16_rn",
+              "i64": "__ll2bfloat16_rn", "u64": "__ull2bfloat16_rn"}
+
+
+def _to_bf16(src: ScalarType, arg: str) -> str:
+    if src.name in _BF16_FROM:
+        return f"{_BF16_FROM[src.name]}({arg})"
+    return f"__float2bfloat16_rn({_as_float(src, arg)})"  # exact in f32 first: rounds once
 
 
 def _as_float(src: ScalarType, arg: str) -> str:

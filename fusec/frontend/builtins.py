@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +40,78 @@ BUILTINS: dict[str, Builtin] = {
     "isinf": Builtin(1, "class"),
 }
 
-# Weak float constants, and the two bools.
-FLOAT_CONSTANTS = {"pi": math.pi, "e": math.e, "inf": math.inf, "nan": math.nan}
+# Weak float constants (pi and e to more digits than f64 holds, so that a literal
+# of any type rounds them once: see literals), and the two bools.
+FLOAT_CONSTANTS = {
+    "pi": Fraction("3.14159265358979323846264338327950288419716939937510582097494459"),
+    "e": Fraction("2.71828182845904523536028747135266249775724709369995957496696763"),
+    "inf": math.inf,
+    "nan": math.nan,
+}
 BOOL_CONSTANTS = {"true": True, "false": False}
 
 # Operators: source spelling -> IR op name.
 ARITH_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod", "**": "pow"}
 COMPARE_OPS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 LOGIC_OPS = {"&&": "and", "||": "or"}
+
+# ---- what to say about a function that does not exist
+# Reductions: statements are elementwise, so a call of one is a reduction the language lacks.
+REDUCTIONS = frozenset("sum mean prod product argmax argmin amax amin norm var std cumsum cumprod softmax "
+                       "log_softmax logsumexp any all dot matmul reduce count nansum nanmean median".split())
+RANDOM = frozenset("rand randn randint random uniform normal bernoulli dropout seed rng philox".split())
+CONTROL = frozenset("if else elif for while do switch loop".split())
+# NumPy and C names of builtins, and functions written with builtins.
+ALIASES = {
+    "maximum": "max", "minimum": "min", "fmax": "max", "fmin": "min", "clip": "clamp", "power": "pow",
+    "fabs": "abs", "absolute": "abs", "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arctan2": "atan2",
+    "ln": "log", "rint": "round", "select": "where", "ifelse": "where",
+    "relu": "max(x, 0.0)", "square": "x * x", "sign": "x > 0.0 ? 1.0 : x < 0.0 ? -1.0 : 0.0",
+    "reciprocal": "1.0 / x", "neg": "-x", "isfinite": "!isnan(x) && !isinf(x)",
+}
+
+
+def unknown_function(name: str, known: list[str]) -> str:
+    """The message for a call of `name`, which is neither a builtin, a cast nor a stage
+    (`known`: the stages and types that may be called)."""
+    if name in REDUCTIONS:
+        return (f"'{name}' is a reduction, which .fz does not have yet: statements are elementwise (row "
+                "reductions over the last axis are planned); compute it outside fusec and pass it in")
+    if name in RANDOM:
+        return (f"'{name}': .fz has no random number generation; draw the random values outside fusec "
+                "(e.g. cupy.random) and pass them in as an array")
+    if name in CONTROL:
+        return (f"'{name}' is not in .fz: there is no control flow; choose with `c ? a : b` or "
+                "`where(c, a, b)`, and repeat statements with `repeat N { ... }` in a pipeline")
+    if ALIASES.get(name):
+        return f"unknown function '{name}'; write {_quote(ALIASES[name])}"
+    close = closest(name, sorted(BUILTINS) + known)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown function '{name}'{hint}"
+
+
+def _quote(text: str) -> str:
+    return f"'{text}'" if text.isidentifier() else f"`{text}`"
+
+
+def closest(name: str, candidates: list[str]) -> list[str]:
+    """The candidates within a small edit distance of `name` (typos), nearest first, at most 3."""
+    limit = 1 if len(name) <= 4 else 2
+    scored = sorted((d, c) for c in set(candidates) if (d := edit_distance(name.lower(), c.lower())) <= limit)
+    return [c for _, c in scored[:3]]
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and
+    adjacent transpositions (`tahn` is one edit from `tanh`)."""
+    if abs(len(a) - len(b)) > 2:
+        return 3  # farther than any limit used
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if prev2 is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]

@@ -1,9 +1,11 @@
 """Type checking of scalar expressions: syntax.Expr -> SSA instructions.
 
 Literals are weak: a subexpression made only of literals and named
-constants stays a `Weak` syntax node until it meets a strong operand, and is
-then emitted in that operand's type (`materialize`). Errors are collected;
-a failed subexpression becomes POISON so that one mistake is reported once.
+constants is folded to its exact value (`fusec.frontend.literals`) and stays
+`Weak` until it meets a strong operand; only then is its value checked
+against that type and emitted as a constant (`materialize`). Errors are
+collected; a failed subexpression becomes POISON so that one mistake is
+reported once.
 """
 from __future__ import annotations
 
@@ -12,14 +14,22 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Union
 
 from fusec.errors import Diagnostics, Loc
-from fusec.frontend import syntax
-from fusec.frontend.builtins import ARITH_OPS, BOOL_CONSTANTS, BUILTINS, COMPARE_OPS, FLOAT_CONSTANTS, LOGIC_OPS
+from fusec.frontend import literals, syntax
+from fusec.frontend.builtins import (
+    ARITH_OPS,
+    BOOL_CONSTANTS,
+    BUILTINS,
+    COMPARE_OPS,
+    FLOAT_CONSTANTS,
+    LOGIC_OPS,
+    unknown_function,
+)
 from fusec.ir.program import BodyBuilder, Instr, StageFn
-from fusec.types import BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, F64, INT_RANGE, ScalarType, can_convert, promote
+from fusec.types import BOOL, BY_NAME, DEFAULT_FLOAT, DEFAULT_INT, F32, INT_RANGE, ScalarType, can_convert, promote
 
-F32_MAX = 3.4028234663852886e38
-# Instructions whose f16/bf16 value is already rounded to its type.
-_EXACT_OPS = ("load", "cast", "const", "arg", "call")
+# Instructions whose f16/bf16 value is already rounded to its type (a "const"
+# is checked by its value: as an operand of f16 arithmetic it holds f32 precision).
+_EXACT_OPS = ("load", "cast", "arg", "call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,27 +40,36 @@ class Strong:
 
 @dataclass(frozen=True, slots=True)
 class Weak:
-    node: syntax.Expr
+    """A literal, or an expression of literals alone, folded to its exact value."""
+
+    value: object  # an int (kind "int"); a Fraction, or a float for ±0, ±inf, NaN (kind "float")
     kind: str  # "int" | "float"
+    node: syntax.Expr  # where it was written, for messages
 
 
 Typed = Union[Strong, Weak]
 POISON = Strong(-1, None)
 
 
-def weak_kind(node: syntax.Expr) -> str:
-    if isinstance(node, syntax.Num):
-        return "float" if node.is_float else "int"
-    if isinstance(node, syntax.Name):
-        return "float"
-    if isinstance(node, syntax.Unary):
-        return weak_kind(node.operand)
-    assert isinstance(node, syntax.Binary)
-    return "float" if "float" in (weak_kind(node.left), weak_kind(node.right)) else "int"
-
-
 def default_type(kind: str) -> ScalarType:
     return DEFAULT_FLOAT if kind == "float" else DEFAULT_INT
+
+
+def start_loc(node: syntax.Expr) -> Loc:
+    """The location of an expression's first token (a Binary's own is its operator's)."""
+    while isinstance(node, syntax.Binary):
+        node = node.left
+    return node.loc
+
+
+def describe(weak: Weak) -> str:
+    node = weak.node
+    sign = ""
+    if isinstance(node, syntax.Unary) and node.op == "-" and isinstance(node.operand, syntax.Num):
+        node, sign = node.operand, "-"
+    if isinstance(node, syntax.Num):
+        return f"{'float' if node.is_float else 'integer'} literal {sign}{syntax.abbreviate(node.text)}"
+    return f"the literal expression's value {literals.show(weak.value)}"
 
 
 class ExprChecker:
@@ -88,72 +107,69 @@ class ExprChecker:
         if isinstance(value, Weak):
             if value.kind == "float" and not to.is_float:
                 return self.error(loc, f"{what}: a float literal cannot be used as {to}; write {to}(...)")
-            return self.materialize(value, to)
+            if to.is_bool:
+                return self.error(loc, f"{what}: a number cannot be used as bool; write true, false or a "
+                                       "comparison")
+            return self.materialize(value, to, "store" if store else "operand")
         if value.type is None:
             return POISON
         if value.type == to:
-            if store and to.compute != to and self.b.instrs[value.id].op not in _EXACT_OPS:
-                return self.emit("cast", (value.id,), to, loc)  # round to f16/bf16
-            return value
+            return self._round_stored(value, to, loc) if store and to.compute != to else value
         if not can_convert(value.type, to):
             return self.error(loc, f"{what}: cannot convert {value.type} to {to} implicitly; write {to}(...)")
+        return self.emit("cast", (value.id,), to, loc)
+
+    def _round_stored(self, value: Strong, to: ScalarType, loc: Loc) -> Strong:
+        """An f16/bf16 value as it is stored: rounded to its type."""
+        ins = self.b.instrs[value.id]
+        if ins.op == "const":
+            rounded = literals.round_to(literals.from_float(ins.attr), to.name)
+            return value if rounded == ins.attr else self.emit("const", (), to, loc, rounded)
+        if ins.op in _EXACT_OPS:
+            return value
         return self.emit("cast", (value.id,), to, loc)
 
     def cast(self, value: Typed, to: ScalarType, loc: Loc) -> Strong:
         """An explicit cast `T(x)`: any scalar type to any other."""
         if isinstance(value, Weak):
-            if value.kind == "float" and not to.is_float:
-                value = self.materialize(value, DEFAULT_FLOAT)
-            elif to.is_bool:
-                value = self.materialize(value, DEFAULT_INT)
-            else:
-                return self.materialize(value, to)
+            return self._cast_literal(value, to)
         if value.type is None:
             return POISON
         if value.type == to and to.compute == to:
             return value
         return self.emit("cast", (value.id,), to, loc)
 
-    def materialize(self, weak: Weak, to: ScalarType) -> Strong:
-        node = weak.node
-        if isinstance(node, syntax.Num):
-            return self._literal(node, to, negate=False)
-        if isinstance(node, syntax.Name):
-            return self._float_const(FLOAT_CONSTANTS[node.id], to, node.loc)
-        if isinstance(node, syntax.Unary):
-            if node.op == "-" and isinstance(node.operand, syntax.Num):
-                return self._literal(node.operand, to, negate=True)
-            inner = self.materialize(Weak(node.operand, weak.kind), to)
-            if node.op == "+" or inner.type is None:
-                return inner
-            return self.emit("neg", (inner.id,), to, node.loc)
-        assert isinstance(node, syntax.Binary)
-        if weak.kind == "int" and to.is_float:
-            # `1 / 2` is integer arithmetic, as in C, before it meets a float.
-            inner = self.materialize(weak, DEFAULT_INT)
-            return inner if inner.type is None else self.emit("cast", (inner.id,), to, node.loc)
-        left = self.materialize(Weak(node.left, weak_kind(node.left)), to)
-        right = self.materialize(Weak(node.right, weak_kind(node.right)), to)
-        if left.type is None or right.type is None:
-            return POISON
-        return self.emit(ARITH_OPS[node.op], (left.id, right.id), to, node.loc)
-
-    def _literal(self, node: syntax.Num, to: ScalarType, negate: bool) -> Strong:
-        value = float(node.text) if node.is_float else syntax.parse_int(node.text)
-        value = -value if negate else value
+    def _cast_literal(self, weak: Weak, to: ScalarType) -> Strong:
+        """`T(literal)` converts the literal's exact value, as the README's casts say:
+        to a float type it rounds once (and may give inf: `f16(70000.0)`)."""
+        value, loc = weak.value, start_loc(weak.node)
         if to.is_bool:
-            return self.emit("const", (), BOOL, node.loc, bool(value))
+            return self.emit("const", (), BOOL, loc, bool(value != 0))
+        if to.is_float:
+            return self.emit("const", (), to, loc, literals.round_to(literals.as_float(value), to.name))
+        if weak.kind == "int":
+            return self.materialize(weak, to, "cast")
+        return self.emit("const", (), to, loc, literals.saturate(value, *INT_RANGE[to]))
+
+    def materialize(self, weak: Weak, to: ScalarType, mode: str = "operand") -> Strong:
+        """A weak value in a strong type: as an operand (f16/bf16 keep f32 precision
+        there, as PyTorch computes a half tensor with a float scalar), or rounded
+        to the type itself where it is stored ("store", "cast")."""
+        value, loc = weak.value, start_loc(weak.node)
         if to.is_int:
             lo, hi = INT_RANGE[to]
             if not lo <= value <= hi:
-                return self.error(node.loc, f"integer literal {value} does not fit {to} (range {lo} to {hi})")
-            return self.emit("const", (), to, node.loc, int(value))
-        return self._float_const(float(value), to, node.loc)
-
-    def _float_const(self, value: float, to: ScalarType, loc: Loc) -> Strong:
-        if to.compute != F64 and math.isfinite(value) and abs(value) > F32_MAX:
-            return self.error(loc, f"literal {value:g} is out of range for {to}")
-        return self.emit("const", (), to, loc, value)
+                return self.error(loc, f"{describe(weak)} does not fit {to} (range {lo} to {hi})")
+            return self.emit("const", (), to, loc, int(value))
+        if to.is_bool:
+            return self.emit("const", (), BOOL, loc, bool(value))
+        fmt = to.compute.name if mode == "operand" else to.name
+        rounded = literals.round_to(literals.as_float(value), fmt)
+        if math.isinf(rounded) and not (isinstance(value, float) and math.isinf(value)):
+            where = str(to) if fmt == to.name else f"{to} arithmetic (done in {fmt})"
+            return self.error(loc, f"{describe(weak)} is out of range for {where}: it rounds to infinity "
+                                   f"(the largest {fmt} is {literals.largest(fmt):.8g})")
+        return self.emit("const", (), to, loc, rounded)
 
     def join(self, a: Typed, b: Typed, loc: Loc, what: str) -> ScalarType | None:
         """The type two operands are converted to."""
@@ -179,19 +195,21 @@ class ExprChecker:
 
     def _num(self, node: syntax.Num) -> Typed:
         if node.is_float:
-            if not math.isfinite(float(node.text)):
-                return self.error(node.loc, f"float literal {node.text} is out of range")
-            return Weak(node, "float")
-        if syntax.parse_int(node.text) > INT_RANGE[BY_NAME["u64"]][1]:
-            return self.error(node.loc, f"integer literal {node.text} is too large (more than 64 bits)")
-        return Weak(node, "int")
+            try:
+                return Weak(literals.parse_float(node.text), "float", node)
+            except literals.LiteralError as exc:
+                return self.error(node.loc, str(exc))
+        value = syntax.parse_int(node.text)
+        if value > INT_RANGE[BY_NAME["u64"]][1]:
+            return self.error(node.loc, f"integer literal {syntax.abbreviate(node.text)} is too large (more than 64 bits)")
+        return Weak(value, "int", node)
 
     def _name(self, node: syntax.Name) -> Typed:
         found = self.lookup(node.id, node.loc)
         if found is not None:
             return found
         if node.id in FLOAT_CONSTANTS:
-            return Weak(node, "float")
+            return Weak(FLOAT_CONSTANTS[node.id], "float", node)
         if node.id in BOOL_CONSTANTS:
             return self.emit("const", (), BOOL, node.loc, BOOL_CONSTANTS[node.id])
         return self.error(node.loc, f"unknown name '{node.id}'")
@@ -201,7 +219,7 @@ class ExprChecker:
         if isinstance(operand, Weak):
             if node.op == "!":
                 return self.error(node.loc, "operand of '!' must be bool, not a number")
-            return Weak(node, operand.kind)
+            return Weak(literals.negate(operand.value) if node.op == "-" else operand.value, operand.kind, node)
         if operand.type is None:
             return POISON
         if node.op == "!":
@@ -223,7 +241,11 @@ class ExprChecker:
                 return POISON
             return self.emit(LOGIC_OPS[node.op], (left.id, right.id), BOOL, node.loc)
         if node.op in ARITH_OPS and isinstance(left, Weak) and isinstance(right, Weak):
-            return Weak(node, weak_kind(node))
+            try:
+                value = literals.fold(ARITH_OPS[node.op], left.value, right.value)
+            except literals.LiteralError as exc:
+                return self.error(node.loc, str(exc))
+            return Weak(value, "int" if left.kind == right.kind == "int" else "float", node)
         what = f"operands of '{node.op}'"
         common = self.join(left, right, node.loc, what)
         if common is None:
@@ -273,10 +295,13 @@ class ExprChecker:
         if builtin is None:
             if self.lookup(node.func, node.loc) is not None:
                 return self.error(node.loc, f"'{node.func}' is a value, not a function")
-            return self.error(node.loc, f"unknown function '{node.func}'")
+            return self.error(node.loc, unknown_function(node.func, [*self.stages, *BY_NAME]))
         if len(node.args) != builtin.arity:
+            # max(x) or min(x) reads as a reduction, which the language does not have yet.
+            reduction = (" (elementwise, of its arguments: row reductions over an axis are planned but not in "
+                         "the language yet)" if node.func in ("min", "max") and len(node.args) == 1 else "")
             return self.error(node.loc, f"{node.func}() takes {builtin.arity} argument"
-                                        f"{'s' if builtin.arity > 1 else ''}, got {len(node.args)}")
+                                        f"{'s' if builtin.arity > 1 else ''}, got {len(node.args)}{reduction}")
         args = [self.check(a) for a in node.args]
         if builtin.rule == "select":
             return self._select(*args, node.loc, "where()")

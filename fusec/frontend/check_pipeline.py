@@ -26,6 +26,18 @@ from fusec.ir.program import (
 )
 
 MAX_DIM = 1 << 62
+# Repeat counts are signed 64-bit in emitted code (and in every backend's loop).
+MAX_REPEAT = (1 << 63) - 1
+
+
+class _Loop:
+    """A `repeat` being checked: what reading after it needs of its count."""
+
+    def __init__(self, count: int | str | None, loc: Loc):
+        self.count = count
+        self.loc = loc
+        self.runs = isinstance(count, int) and count >= 1  # its body surely runs
+        self.unassigned_if_zero: dict[str, None] = {}  # ordered set: outputs read after it that only it assigns
 
 
 class _Dims:
@@ -78,8 +90,11 @@ class PipelineChecker:
         self.dims = _Dims(diags)
         self.current: dict[str, Slot] = {}   # user name -> slot it names now
         self.slots: list[Slot] = []
-        self.assigned: set[str] = set()       # outputs assigned outside any repeat
-        self.assigned_in_repeat: set[str] = set()
+        self.assigned: set[str] = set()       # outputs surely assigned (not only in a loop that may not run)
+        # Outputs assigned so far only inside loops that may run 0 times: those loops.
+        self.maybe_assigned: dict[str, tuple[_Loop, ...]] = {}
+        self.loops: list[_Loop] = []          # the enclosing repeats
+        self.loop_of: dict[int, _Loop] = {}   # id(ir Repeat) -> its loop record
         self.repeat_outer: list[set[str]] = []  # names visible before each enclosing repeat
         self.poisoned: set[str] = set()  # temps whose statement failed: reading them is not a new error
 
@@ -89,12 +104,9 @@ class PipelineChecker:
         outputs = [s for s in (self._param(p, "out") for p in d.outputs) if s]
         body = self._stmts(d.body)
         for out in outputs:
-            if out.name in self.assigned:
-                continue
-            if out.name in self.assigned_in_repeat:
-                self.diags.error(out.loc, f"output '{out.name}' is assigned only inside 'repeat' "
-                                          "(which may run 0 times); assign it before the block")
-            else:
+            if out.name in self.maybe_assigned:
+                self._needs_loops_to_run(out.name, self.maybe_assigned[out.name], out.loc)
+            elif out.name not in self.assigned:
                 self.diags.error(out.loc, f"output '{out.name}' is never assigned")
         self._check_output_dims(params)
         canon = {s.name: self._canonical(s) for s in self.slots}
@@ -107,20 +119,27 @@ class PipelineChecker:
         if p.name in self.current:
             self.diags.error(p.loc, f"duplicate name '{p.name}' in pipeline '{self.d.name}'")
             return None
+        if p.inout and kind == "out":
+            self.diags.error(p.loc, f"'inout' is for a parameter the pipeline updates in place; output "
+                                    f"'{p.name}' is written by it: drop 'inout' here, or declare `inout "
+                                    f"{p.name}: ...` among the parameters")
         if p.type.dims is None:
-            if p.inout:
-                self.diags.error(p.loc, f"'inout' needs an array; '{p.name}' is a scalar")
+            if p.inout and kind != "out":
+                self.diags.error(p.loc, f"'inout' needs an array; '{p.name}' is a scalar (a scalar parameter "
+                                        "cannot be assigned)")
             if kind == "out":
                 self.diags.error(p.loc, f"output '{p.name}' must be an array: give it dims, e.g. f32[n]")
                 return None
         for dim in p.type.dims or ():
             if isinstance(dim.value, int) and dim.value > MAX_DIM:
-                self.diags.error(dim.loc, f"dim {dim.value} is too large")
+                shown = f" {dim.value}" if dim.value < syntax.TOO_LARGE else ""
+                self.diags.error(dim.loc, f"dim{shown} is too large (at most 2^62)")
         if scalar_type is None:
             self.poisoned.add(p.name)
             return None
         shape = None if p.type.dims is None else tuple(dim.value for dim in p.type.dims)
-        role = "out" if kind == "out" else "inout" if p.inout else "in" if shape is not None else "scalar"
+        # The role follows from the kind of declaration, whatever mode was (wrongly) written.
+        role = "out" if kind == "out" else "scalar" if shape is None else "inout" if p.inout else "in"
         slot = Slot(p.name, scalar_type, shape, role, loc=p.loc)
         self.current[p.name] = slot
         self.slots.append(slot)
@@ -150,8 +169,8 @@ class PipelineChecker:
         """After a failed statement its targets count as assigned, so errors do not cascade."""
         for target in stmt.targets:
             slot = self.current.get(target.id)
-            if slot is not None and slot.role in ("inout", "out"):
-                (self.assigned_in_repeat if self.repeat_outer else self.assigned).add(slot.name)
+            if slot is not None and slot.role == "out":
+                self._mark_assigned(slot.name)
             elif slot is None or slot.role == "temp":
                 self.poisoned.add(target.id)
 
@@ -159,11 +178,41 @@ class PipelineChecker:
         count, problem = self._repeat_count(stmt.count)
         if problem:
             self.diags.error(stmt.count.loc, problem)
+        loop = _Loop(count, stmt.loc)
+        self.loops.append(loop)
         self.repeat_outer.append(set(self.current))
         body = self._stmts(stmt.body)
         outer = self.repeat_outer.pop()
+        self.loops.pop()
         self.current = {k: v for k, v in self.current.items() if k in outer}
-        return Repeat(count, tuple(body), loc=stmt.loc) if count is not None else None
+        if count is None:
+            return None
+        checked = Repeat(count, tuple(body), loc=stmt.loc)
+        self.loop_of[id(checked)] = loop
+        return checked
+
+    # ---- outputs assigned in loops that may run 0 times
+    def _mark_assigned(self, name: str) -> None:
+        guard = tuple(loop for loop in self.loops if not loop.runs)
+        if not guard:
+            self.assigned.add(name)
+            self.maybe_assigned.pop(name, None)
+        elif name not in self.assigned:
+            known = self.maybe_assigned.get(name)
+            if known is None or len(guard) < len(known):  # keep the fewest conditions
+                self.maybe_assigned[name] = guard
+
+    def _needs_loops_to_run(self, name: str, guard: tuple[_Loop, ...], loc: Loc) -> None:
+        """`name` is read at `loc` (or returned) and only `guard`'s loops assign it: each
+        that does not enclose the read must run at least once."""
+        for loop in guard:
+            if any(loop is enclosing for enclosing in self.loops):
+                continue  # the read is inside it, so it runs
+            if loop.count == 0:
+                self.diags.error(loc, f"'{name}' is assigned only inside the 'repeat' at line {loop.loc.line}, "
+                                      "which runs 0 times; assign it before the block")
+            else:
+                loop.unassigned_if_zero[name] = None
 
     def _repeat_count(self, expr) -> tuple[int | str | None, str | None]:
         """The count (a literal, or an integer scalar parameter's name), or None and what is wrong."""
@@ -171,7 +220,11 @@ class PipelineChecker:
         if isinstance(expr, syntax.Num):
             if expr.is_float:
                 return None, f"{allowed}; {expr.text} is not an integer"
-            return syntax.parse_int(expr.text), None
+            count = syntax.parse_int(expr.text)
+            if count > MAX_REPEAT:
+                return None, (f"a repeat count is at most 2^63 - 1 ({MAX_REPEAT}); {syntax.abbreviate(expr.text)} "
+                              "is larger")
+            return count, None
         if isinstance(expr, syntax.Unary) and expr.op == "-" and isinstance(expr.operand, syntax.Num):
             return None, f"a repeat count cannot be negative (-{expr.operand.text})"
         if isinstance(expr, syntax.Name):
@@ -193,7 +246,9 @@ class PipelineChecker:
                 return POISON
             if slot is None:
                 return None
-            if slot.role == "out" and name not in self.assigned | self.assigned_in_repeat:
+            if slot.role == "out" and name in self.maybe_assigned:
+                self._needs_loops_to_run(name, self.maybe_assigned[name], loc)
+            elif slot.role == "out" and name not in self.assigned:
                 exprs.error(loc, f"output '{name}' is read before it is assigned")
                 return POISON
             loaded.append(slot)
@@ -256,7 +311,8 @@ class PipelineChecker:
         slot = self.current.get(target.id)
         in_repeat = bool(self.repeat_outer)
         if slot is not None and slot.role in ("inout", "out"):
-            (self.assigned_in_repeat if in_repeat else self.assigned).add(slot.name)
+            if slot.role == "out":
+                self._mark_assigned(slot.name)
             return slot
         vtype = value.type if isinstance(value, Strong) else default_type(value.kind)
         if slot is not None and slot.type == vtype and slot.shape == shape:
@@ -282,7 +338,8 @@ class PipelineChecker:
         out = []
         for s in stmts:
             if isinstance(s, Repeat):
-                out.append(Repeat(s.count, self._canonical_stmts(list(s.body)), loc=s.loc))
+                unassigned = tuple(self.loop_of[id(s)].unassigned_if_zero)
+                out.append(Repeat(s.count, self._canonical_stmts(list(s.body)), unassigned, loc=s.loc))
             else:
                 out.append(Apply(s.targets, s.body, tuple(self.dims.find(d) for d in s.shape), s.callee, loc=s.loc))
         return tuple(out)

@@ -18,7 +18,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from fusec import cache
 from fusec.errors import Diagnostic, FzError, Loc, Source
-from fusec.frontend import syntax
+from fusec.frontend import syntax, syntax_hints
 
 # Deepest syntax tree accepted (declarations and statements take ~4 levels,
 # each operator or call one; parentheses none): a chain of ~190 terms written
@@ -29,7 +29,7 @@ MAX_TREE_DEPTH = 200
 # Friendly names for the terminals in "expected ..." messages.
 _TERMINAL_NAMES = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number", "$END": "end of file",
                    "INOUT": "'inout'"}
-_CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'"]
+_CLOSERS = ["';'", "')'", "','", "']'", "'{'", "':'", "'='"]
 
 
 @functools.cache
@@ -85,6 +85,15 @@ def parse(source: Source) -> syntax.File:
 
 
 def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
+    at_end = isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
+    token = exc.token if isinstance(exc, UnexpectedToken) and not at_end else None
+    pos = len(source.text) if at_end else token.start_pos if token is not None else exc.pos_in_stream
+    if pos is not None:
+        stack = list(getattr(exc.state, "value_stack", None) or ())
+        found = syntax_hints.hint(syntax_hints.ParseFailure(source.text, pos, token, stack))
+        if found is not None:
+            offset, message = found
+            return Diagnostic(_loc_at(source.text, offset), message)
     if isinstance(exc, UnexpectedCharacters):
         char = source.text[exc.pos_in_stream] if exc.pos_in_stream < len(source.text) else ""
         shown = repr(char) if char.isprintable() else f"U+{ord(char):04X}" if char else "end of file"
@@ -104,6 +113,11 @@ def _syntax_error(exc: UnexpectedInput, source: Source) -> Diagnostic:
     expected = ["';'"] if "';'" in closers else closers or sorted(expected)
     hint = f"; expected {_one_of(expected)}" if expected else ""
     return Diagnostic(loc, f"unexpected {found}{hint}")
+
+
+def _loc_at(text: str, offset: int) -> Loc:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return Loc(text.count("\n", 0, offset) + 1, offset - line_start + 1)
 
 
 def _terminal_text(name: str) -> str:

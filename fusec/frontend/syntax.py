@@ -10,10 +10,25 @@ from typing import Union
 
 from fusec.errors import Loc, loc_field
 
+# A literal of more digits than this is far beyond 64 bits (and beyond what
+# Python's int() reads from long decimal text): only its being too large matters.
+MAX_INT_DIGITS = 40
+TOO_LARGE = 1 << 256
+
+
+def abbreviate(text: str, limit: int = 40) -> str:
+    """A literal's text for a message: long ones cut (a 5000-digit number)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 def parse_int(text: str) -> int:
-    """An integer literal's value: hexadecimal after 0x, else decimal (a leading zero is not octal)."""
-    return int(text, 16) if text[:2].lower() == "0x" else int(text, 10)
+    """An integer literal's value: hexadecimal after 0x, else decimal (a leading zero
+    is not octal); TOO_LARGE for a literal of more than MAX_INT_DIGITS digits."""
+    hexadecimal = text[:2].lower() == "0x"
+    digits = (text[2:] if hexadecimal else text).lstrip("0") or "0"
+    if len(digits) > MAX_INT_DIGITS:
+        return TOO_LARGE
+    return int(digits, 16 if hexadecimal else 10)
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,8 +287,9 @@ class CallSignature:
 
     Values of a call are numbered in one flat list, the *slots*: the
     parameters in declaration order, then the outputs, then the temporaries.
-    `counts_needing_one`: repeat counts (slots) that must be at least 1 because
-    a value only the loop assigns is read after it.
+    `counts_needing_one`: (slot, outputs, line) of each repeat count that must
+    be at least 1 because the outputs, which only its loop assigns, are read
+    after it.
     """
 
     name: str
@@ -297,7 +298,7 @@ class CallSignature:
     dim_equations: tuple[DimEquation, ...]
     temporaries: tuple[Temporary, ...] = ()
     counts: tuple[int, ...] = ()
-    counts_needing_one: tuple[int, ...] = ()
+    counts_needing_one: tuple[tuple[int, tuple[str, ...], int], ...] = ()
 
     @property
     def slot_names(self) -> tuple[str, ...]:
@@ -335,7 +336,9 @@ def call_signature(pipeline: Pipeline, temporaries: tuple[Temporary, ...] = ()) 
         tuple(SignatureParam(o.name, o.type, o.shape, o.role) for o in pipeline.outputs),
         tuple(DimEquation(eq.a, eq.b, eq.loc.line) for eq in pipeline.dim_eqs),
         temporaries,
-        tuple(dict.fromkeys(names.index(c) for c in counts)))
+        tuple(dict.fromkeys(names.index(c) for c in counts)),
+        tuple((names.index(r.count), r.unassigned_if_zero, r.loc.line) for r in _repeats(pipeline.body)
+              if isinstance(r.count, str) and r.unassigned_if_zero))
 
 
 def _repeats(stmts):

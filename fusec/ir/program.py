@@ -85,10 +85,17 @@ class Apply:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    """`repeat count { body }`; count is a literal or an integer scalar parameter."""
+    """`repeat count { body }`; count is a literal (0 to 2^63 - 1) or an integer scalar parameter.
+
+    unassigned_if_zero: the outputs read after this loop (or returned) that only
+    it assigns. With a count of 0 they would hold uninitialised memory, so a call
+    whose count parameter is 0 is an `ArgumentError` (a literal 0 is a checker
+    error); empty where a count of 0 is fine.
+    """
 
     count: int | str
     body: tuple["Stmt", ...]
+    unassigned_if_zero: tuple[str, ...] = ()
     loc: Loc = loc_field()
 
 

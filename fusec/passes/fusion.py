@@ -23,6 +23,7 @@ from fusec.ir.launch import Elementwise, RegisterLoop
 from fusec.ir.stages import Decision, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, predict, target_costs
+from fusec.passes.liveness import needed_after
 from fusec.passes.partitions import Context, Group, decisions_for, greedy, illegal, segments
 from fusec.passes.variants import plan_variants
 from fusec.target import DEFAULT_ARCH
@@ -164,9 +165,7 @@ class Pricer:
         body = [j for j in range(loop.start, loop.stop) if j in self.ctx.live] if loop else []
         count = (loop.count if isinstance(loop.count, int) else NOMINAL_COUNT) if loop else 1
         if loop is not None and list(group) == body:  # the whole body: one kernel iterating in registers
-            needed = {lv for lv, _ in loop.carried if lv in graph.results
-                      or any(lv in s.reads() for s in graph.stages[loop.stop:])}
-            kernel = build_kernel(graph, stages, needed, loop=loop)
+            kernel = build_kernel(graph, stages, needed_after(graph, loop, self.ctx.live), loop=loop)
             form, repeats = RegisterLoop(count), 1
         else:
             kernel = build_kernel(graph, stages, set(self.ctx.stored(group)))

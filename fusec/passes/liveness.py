@@ -6,7 +6,7 @@ stores nothing has no effect. The unfused form keeps one kernel per statement.
 """
 from __future__ import annotations
 
-from fusec.ir.stages import StageGraph
+from fusec.ir.stages import Loop, StageGraph
 
 
 def live_stages(graph: StageGraph) -> frozenset[int]:
@@ -32,3 +32,9 @@ def live_stages(graph: StageGraph) -> frozenset[int]:
             live.add(stage)
             work.extend(graph.stages[stage].reads())
     return frozenset(live)
+
+
+def needed_after(graph: StageGraph, loop: Loop, live: frozenset[int]) -> set[str]:
+    """A loop's values that must reach memory: pipeline results, or read by live stages after it."""
+    later = {v for j in range(loop.stop, len(graph.stages)) if j in live for v in graph.stages[j].reads()}
+    return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}

@@ -6,8 +6,14 @@ instructions are one), and whose loads name SSA versions of the slots. A
 `repeat` block becomes a `Loop` over its stages: each slot it carries gets a
 loop value (`h.loop0`, in the slot's buffer) that the body reads and that
 stands for the slot after the loop.
+
+A scalar-only statement (`t = s * 2.0;`: no array operand, so a 0-D stage) is
+then inlined into the stages that read it (`inline_scalar_statements`): it
+costs no kernel and no memory.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from fusec.errors import Diagnostic, FzError
 from fusec.ir.program import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
@@ -41,8 +47,14 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
             raise FzError(Diagnostic(stmt.loc, "code generation for a 'repeat' inside a 'repeat' is not "
                                                "implemented yet; run this pipeline with backend='numpy'"),
                           program.source)
-        carried_slots = [t for t in dict.fromkeys(t for a in walk_applies(stmt.body) for t in a.targets)
-                         if t in current]
+        assigned = list(dict.fromkeys(t for a in walk_applies(stmt.body) for t in a.targets))
+        for t in assigned:
+            if t not in current and pipeline.slot(t).role == "out":
+                # An output only the loop assigns is carried too, so that its last value is
+                # stored; its entry is the unwritten buffer, which the body never reads (the
+                # checker sees to that, and the binder to a count of at least 1).
+                new_version(t)
+        carried_slots = [t for t in assigned if t in current]
         loop_inputs += [current[t] for t in carried_slots]
         loop_values = []
         for t in carried_slots:
@@ -62,7 +74,8 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
     # What must reach memory: each output's last version, and each inout's if it was assigned.
     results = tuple(current[s.name] for s in pipeline.slots
                     if (s.role == "out" and s.name in current) or (s.role == "inout" and current[s.name] != s.name))
-    return StageGraph(pipeline.name, tuple(values), tuple(stages), results, tuple(loops), tuple(loop_inputs))
+    graph = StageGraph(pipeline.name, tuple(values), tuple(stages), results, tuple(loops), tuple(loop_inputs))
+    return inline_scalar_statements(graph)
 
 
 def _stage(program: Program, stmt: Apply, current: dict[str, str], new_version, names: dict[str, int]) -> Stage:
@@ -102,3 +115,64 @@ def _inline_into(b: BodyBuilder, program: Program, body: Body, versions: dict[st
         else:
             ids.append(b.emit(Instr(ins.op, operands, ins.type, ins.attr, loc=ins.loc)))
     return ids
+
+
+def inline_scalar_statements(graph: StageGraph) -> StageGraph:
+    """Inlines each scalar-only statement into the stages that read its value.
+
+    Such a stage has the 0-D iteration space and reads only scalar parameters
+    (or values inlined before it). Its body ends in the store conversion of its
+    target (f16/bf16 rounding, narrow-int wrapping: the checker puts it there),
+    so a reader computes exactly the value it would have loaded. A 0-D stage
+    stays a 0-D kernel where its value must be in memory: a pipeline result, or a
+    value carried around a `repeat` (the loop's entry and exit values: each
+    iteration reads what the previous one stored), and where it reads such a
+    value (which a later statement may overwrite in the same buffer).
+    """
+    in_memory = set(graph.results) | set(graph.loop_inputs)
+    in_memory |= {v for loop in graph.loops for pair in loop.carried for v in pair}
+    scalars = {v.name for v in graph.values if v.shape is None}
+    inlined: dict[str, tuple[Body, int]] = {}  # value -> the body computing it, and its result's index
+    kept: list[int] = []
+    stages: list[Stage] = []
+    for index, stage in enumerate(graph.stages):
+        body = _substitute(stage.body, inlined)
+        reads = {ins.attr for ins in body.instrs if ins.op == "load"}
+        if stage.shape == () and not in_memory & set(stage.outputs) and reads <= scalars:
+            inlined.update((out, (body, body.results[k])) for k, out in enumerate(stage.outputs))
+        else:
+            kept.append(index)
+            stages.append(replace(stage, body=body))
+    if not inlined:
+        return graph
+    new_index = lambda old: sum(1 for k in kept if k < old)  # noqa: E731 (stage index after the drop)
+    loops = tuple(replace(loop, start=new_index(loop.start), stop=new_index(loop.stop)) for loop in graph.loops)
+    values = tuple(v for v in graph.values if v.name not in inlined)
+    return replace(graph, values=values, stages=tuple(stages), loops=loops)
+
+
+def _substitute(body: Body, inlined: dict[str, tuple[Body, int]]) -> Body:
+    """`body` with each load of an inlined value replaced by the instructions computing it."""
+    if not any(ins.op == "load" and ins.attr in inlined for ins in body.instrs):
+        return body
+    b = BodyBuilder()
+    ids: list[int] = []
+    for ins in body.instrs:
+        if ins.op == "load" and ins.attr in inlined:
+            ids.append(_splice(b, *inlined[ins.attr]))
+        else:
+            ids.append(b.emit(replace(ins, args=tuple(ids[a] for a in ins.args))))
+    return b.build([ids[r] for r in body.results])
+
+
+def _splice(b: BodyBuilder, body: Body, result: int) -> int:
+    """Emits the instructions `result` depends on; returns its id in `b`."""
+    needed = {result}
+    for idx in range(result, -1, -1):
+        if idx in needed:
+            needed.update(body.instrs[idx].args)
+    ids: dict[int, int] = {}
+    for idx in sorted(needed):
+        ins = body.instrs[idx]
+        ids[idx] = b.emit(replace(ins, args=tuple(ids[a] for a in ins.args)))
+    return ids[result]

@@ -36,6 +36,7 @@ from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.cost import NOMINAL_ELEMENTS, predict, target_costs
 from fusec.passes.fusion import Partition
+from fusec.passes.liveness import live_stages, needed_after
 from fusec.passes.variants import plan_variants
 from fusec.target import FOREACH_CHUNK
 from fusec.types import I64
@@ -56,6 +57,7 @@ class PlanError(ValueError):
 
 def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, options: PlanOptions) -> LaunchInterface:
     loop_kernels = {members[0]: n for n, (members, one) in enumerate(partition.loops) if one}
+    live = live_stages(graph)
     kernels: list[Kernel] = []
     loops: dict[int, Loop] = {}
     for k, (group, stored) in enumerate(zip(partition.groups, partition.stored)):
@@ -64,7 +66,7 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
         name = f"{graph.pipeline}_k{k}" + (f"_{stages[0].name}" if len(stages) == 1 else "")
         if k in loop_kernels:
             loops[k] = graph.loops[loop_kernels[k]]
-            kernel = build_kernel(graph, stages, _needed_after(graph, loops[k]), name, loop=loops[k])
+            kernel = build_kernel(graph, stages, needed_after(graph, loops[k], live), name, loop=loops[k])
         else:
             kernel = build_kernel(graph, stages, set(stored), name)
         kernels.append(replace(kernel, decisions=tuple(d for d in partition.decisions if d.kernel == k)))
@@ -152,12 +154,6 @@ def _params(kernel: Kernel, form: Form, slots: dict[str, int]) -> tuple[KernelPa
     if kernel.needs_coordinates:
         params += [KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64) for j in range(1, len(kernel.extents))]
     return tuple(params)
-
-
-def _needed_after(graph: StageGraph, loop: Loop) -> set[str]:
-    """Loop values that must reach memory: pipeline results, or read by stages after the loop."""
-    later = {v for s in graph.stages[loop.stop:] for v in s.reads()}
-    return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}
 
 
 def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int], slots: dict[str, int]) -> tuple:

@@ -17,7 +17,7 @@ import numpy as np
 from fusec.errors import ArgumentError
 from fusec.ir.launch import CallSignature, SignatureParam
 from fusec.ir.program import Shape, fmt_shape
-from fusec.types import BY_NAME, INT_RANGE
+from fusec.types import BY_NAME, F64, INT_RANGE
 
 # A repeat count is a 64-bit signed integer on every backend.
 MAX_COUNT = (1 << 63) - 1
@@ -207,10 +207,13 @@ class Binder:
             if count < 0:
                 raise ArgumentError(f"repeat count '{name}' is negative ({count})")
             if count > MAX_COUNT:
-                raise ArgumentError(f"repeat count '{name}' is {count}; a count is at most 2**63 - 1")
-            if count == 0 and i in self.signature.counts_needing_one:
-                raise ArgumentError(f"repeat count '{name}' is 0, but a value only its loop assigns is read "
-                                    "after the loop: the loop must run at least once")
+                raise ArgumentError(f"repeat count '{name}' is {count}; at most 2^63 - 1 ({MAX_COUNT})")
+        for i, outputs, line in self.signature.counts_needing_one:
+            if values[i] == 0:
+                names = " and ".join(f"'{n}'" for n in outputs)
+                raise ArgumentError(f"repeat count '{self.params[i].name}' is 0, but {names} "
+                                    f"{'is' if len(outputs) == 1 else 'are'} assigned only inside that 'repeat' "
+                                    f"(line {line}) and read after it; pass a count of at least 1")
 
 
 def bind_dims(signature: CallSignature, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
@@ -290,10 +293,12 @@ def check_scalar(p: SignatureParam, value) -> object:
 
 @functools.lru_cache(maxsize=4096)
 def _rounded(type_name: str, value: float) -> float:
-    """A float rounded to a scalar type; cached, since a pipeline's scalars (a
+    """A float rounded once to a scalar type, as the reference converts (bf16
+    from f64 without rounding twice); cached, since a pipeline's scalars (a
     learning rate, a scale) repeat from call to call."""
+    from fusec.reference import cast  # the oracle's conversion (imported late: it imports the binder)
     with np.errstate(over="ignore"):
-        return float(np.asarray(value, BY_NAME[type_name].numpy_dtype))
+        return float(cast(np.asarray(value, np.float64), F64, BY_NAME[type_name]))
 
 
 def scalar_checker(p: SignatureParam) -> Callable[[object], object]:
