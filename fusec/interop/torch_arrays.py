@@ -102,7 +102,7 @@ class TorchTensors:
     def __init__(self, device, view):
         torch = sys.modules["torch"]
         self.device, self.view = device, view
-        self._empty = torch.empty
+        self._empty, self.pointer = torch.empty, torch.Tensor.data_ptr
         self._dtypes = {t.numpy_dtype: getattr(torch, t.torch) for t in ALL}
         self._raw_stream = None
         if device.type == "cuda":

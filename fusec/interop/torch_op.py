@@ -17,7 +17,7 @@ Float scalars are `Scalar`, not `float`: Dynamo guards on the value of a
 custom op's `float` argument, so a new learning rate would recompile the model
 (up to the recompile limit, then fall back to eager), while a `Scalar` that
 Dynamo has made symbolic (`torch._dynamo.config.specialize_float` is False)
-passes through unguarded.
+passes through unguarded (torch 2.13; torch 2.11 still specializes it).
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class TorchOp:
     `schema` its schema."""
 
     def __init__(self, torch, name: str, definition: "_Definition"):
-        self.name, self.definition = name, definition
+        self.name, self.definition, self.torch = name, definition, torch
         self.schema = definition.schema()
         mutated = [p.name for p in definition.params if p.mutated]
         self.op = torch.library.custom_op(name, self._run, mutates_args=mutated, schema=self.schema)
@@ -97,7 +97,7 @@ class TorchOp:
 
     def _new_outputs(self, signature: CallSignature, args: tuple, device):
         """New output tensors for a call, their shapes bound from the inputs' dims."""
-        import torch
+        torch = self.torch
         shapes = {}
         for p, a in zip(signature.params, args):
             if p.is_array:

@@ -40,6 +40,9 @@ class ArrayKind(Protocol):
     def view(self, array) -> object:
         """An array of this kind as the backend's array, without a copy."""
 
+    def pointer(self, array) -> int:
+        """The address of an array of this kind (a launch passes another kind's arrays by address)."""
+
     def stream(self) -> object | None:
         """The stream a call without stream= runs on (None: the backend's current one)."""
 
@@ -49,8 +52,8 @@ class OwnArrays:
 
     native = True
 
-    def __init__(self, name: str, empty: Callable[[tuple, np.dtype], object]):
-        self.name, self.empty = name, empty
+    def __init__(self, name: str, empty: Callable[[tuple, np.dtype], object], pointer: Callable[[object], int]):
+        self.name, self.empty, self.pointer = name, empty, pointer
 
     @staticmethod
     def view(array):

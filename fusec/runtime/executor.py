@@ -2,11 +2,12 @@
 
 The executor reads the launch interface alone. A call is checked by the
 binder (every check before anything is allocated or launched); the outputs
-and temporaries are allocated as the kind of array the call was made with (NumPy, CuPy, torch:
-`ArrayKind`), by that kind's library; then each step launches its kernel, on
-the kind's stream unless the call gives one: the first variant whose needs the
-arrays meet, over its grid, with its parameters filled from their sources. A
-backend loads the module and launches one function over a grid (`Backend`).
+and temporaries are allocated as the kind of array the call was made with
+(NumPy, CuPy, torch tensors: `ArrayKind`), by that kind's library; then each
+step launches its kernel, on the kind's stream unless the call gives one: the
+first variant whose needs the arrays meet, over its grid, with its parameters
+filled from their sources. A backend loads the module and launches one
+function over a grid (`Backend`).
 """
 from __future__ import annotations
 
@@ -321,8 +322,10 @@ class _RecordedCall:
 
     def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind):
         backend, first = executor.backend, len(executor.params)
-        self.pointer = backend.pointer
-        self.kind, self.stream = kind, kind.stream
+        self.empty, self.pointer, self.stream = kind.empty, kind.pointer, kind.stream
+        # The backend's own arrays are launch arguments as they are; another kind's
+        # (torch's) go by address, which costs less than a view of each.
+        self.address = None if kind.native else backend.address
         self.allocations = list(sizes.outputs) + list(sizes.temps)
         self.n_outputs = len(sizes.outputs)
         checkers = executor.binder.checkers
@@ -349,10 +352,11 @@ class _RecordedCall:
             self.launches.append((template, new, scalars, fire))
 
     def run(self, args: tuple):
-        allocated, new = allocate(self.kind, self.allocations)
+        allocated = [self.empty(shape, dtype) for shape, dtype in self.allocations]
         for k, size in self.alignment:
-            if self.pointer(new[k]) % size:
+            if self.pointer(allocated[k]) % size:
                 return self.MISALIGNED
+        new = allocated if self.address is None else [self.address(self.pointer(a)) for a in allocated]
         scalars = [check(args[i]) for i, check in self.scalars]
         stream = self.stream()
         for template, outputs, scalar_args, fire in self.launches:

@@ -20,7 +20,7 @@ class HostArrays:
 
     def __init__(self, backend: str):
         self.backend = backend  # for messages: "the sim backend"
-        self.own = OwnArrays("NumPy arrays", np.empty)
+        self.own = OwnArrays("NumPy arrays", np.empty, host_pointer)
         self._torch: ArrayKind | None = None
 
     def kind(self, value) -> ArrayKind:
@@ -57,8 +57,12 @@ class HostArrays:
         return array.flags.writeable
 
     def span(self, array) -> tuple[int, int]:
-        start = array.__array_interface__["data"][0]
+        start = host_pointer(array)
         return start, start + array.nbytes
 
     def fast(self, param: SignatureParam, dtype):
         return None
+
+
+def host_pointer(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]

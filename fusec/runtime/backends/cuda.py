@@ -268,7 +268,7 @@ class DeviceArrays:
 
     def __init__(self, cp, device: int):
         self.cp, self.device = cp, device
-        self.own = OwnArrays("CuPy arrays", cp.empty)
+        self.own = OwnArrays("CuPy arrays", cp.empty, _cupy_pointer)
         self._torch: ArrayKind | None = None
 
     def kind(self, value) -> ArrayKind:
