@@ -13,3 +13,7 @@ from fusec.frontend.trace import TraceError, cast
 
 globals().update(_FUNCTIONS)
 __all__ += ["TraceError", "cast", *_FUNCTIONS]
+
+from fusec.interop.torch_op import torch_op  # noqa: E402  (imports torch only when called)
+
+__all__ += ["torch_op"]

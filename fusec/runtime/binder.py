@@ -3,7 +3,9 @@
 Every backend (cuda, sim, numpy) checks a call here, with the same errors
 and the same messages, before anything is allocated, launched or written.
 A backend only says how its arrays are read (`ArrayModel`): which objects it
-takes, and each array's dtype, shape, layout, writeability, device and span.
+takes, and each array's dtype, shape, layout, writeability, device and span;
+and which kind each argument is (`ArrayKind`: NumPy, CuPy, torch). A call
+takes arrays of one kind and returns that kind.
 """
 from __future__ import annotations
 
@@ -23,8 +25,52 @@ from fusec.types import BY_NAME, F64, INT_RANGE
 MAX_COUNT = (1 << 63) - 1
 
 
+class ArrayKind(Protocol):
+    """The kind of array a call was made with (NumPy, CuPy, torch tensors): what
+    its outputs and temporaries are allocated as (by the caller's library, so
+    that torch's caching allocator and CUDA-graph capture see them), what it
+    returns, and the stream it runs on."""
+
+    name: str  # in messages: "torch tensors"
+    native: bool  # the backend's own arrays: `view` is the identity
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> object:
+        """A new array of this kind (dtype: the NumPy dtype of the slot's type)."""
+
+    def view(self, array) -> object:
+        """An array of this kind as the backend's array, without a copy."""
+
+    def pointer(self, array) -> int:
+        """The address of an array of this kind (a launch passes another kind's arrays by address)."""
+
+    def stream(self) -> object | None:
+        """The stream a call without stream= runs on (None: the backend's current one)."""
+
+
+class OwnArrays:
+    """A backend's own arrays (NumPy, CuPy) as an ArrayKind: allocated by the backend, launched as they are."""
+
+    native = True
+
+    def __init__(self, name: str, empty: Callable[[tuple, np.dtype], object], pointer: Callable[[object], int]):
+        self.name, self.empty, self.pointer = name, empty, pointer
+
+    @staticmethod
+    def view(array):
+        return array
+
+    @staticmethod
+    def stream():
+        return None
+
+
 class ArrayModel(Protocol):
     """How one backend's arrays are read (the binder's only view of them)."""
+
+    own: ArrayKind  # the backend's own arrays (NumPy, CuPy): a call without arrays returns these
+
+    def kind(self, value) -> ArrayKind:
+        """The kind of an argument this model adopted."""
 
     def adopt(self, value) -> object:
         """`value` as this backend's array type (importing another library's
@@ -48,12 +94,15 @@ class ArrayModel(Protocol):
 
 class BoundCall:
     """A checked call: one value per parameter (arrays adopted, scalars as Python
-    values), the caller's `out=` arrays (checked) or None, the stream, the dims."""
+    values), the caller's `out=` arrays (adopted, and as given) or None, the
+    stream (stream=, else the kind's), the dims, and the kind of the call's arrays."""
 
-    __slots__ = ("values", "outputs", "stream", "dims")
+    __slots__ = ("values", "outputs", "out", "stream", "dims", "kind")
 
-    def __init__(self, values: list, outputs: list | None, stream, dims: dict[str, int]):
+    def __init__(self, values: list, outputs: list | None, stream, dims: dict[str, int], kind: ArrayKind,
+                 out: list | None = None):
         self.values, self.outputs, self.stream, self.dims = values, outputs, stream, dims
+        self.kind, self.out = kind, out if out is not None else outputs
 
 
 class Binder:
@@ -86,14 +135,21 @@ class Binder:
                 out = kwargs.pop("out", None)
             if "stream" in self.options:
                 stream = self.stream(kwargs.pop("stream", None))
-        values = self.split(args, kwargs)
-        values = [check(v) for check, v in zip(self.checkers, values)]
+        given = self.split(args, kwargs)
+        values = [check(v) for check, v in zip(self.checkers, given)]
+        kind, first = self.kind_of(given)
         self.check_counts(values)
         dims = self.dims(values)
-        outputs = None if out is None else self.given_outputs(out, dims)
+        outputs = given_out = None
+        if out is not None:
+            given_out = list(out) if isinstance(out, (tuple, list)) else [out]
+            outputs = self.given_outputs(given_out, dims)
+            kind = self.check_output_kinds(given_out, kind, first)
         if self.written or outputs:
             self.check_aliasing(values + (outputs or []))
-        return BoundCall(values, outputs, stream, dims)
+        if stream is None:
+            stream = kind.stream()
+        return BoundCall(values, outputs, stream, dims, kind, given_out)
 
     def split(self, args: tuple, kwargs: dict) -> list:
         """Positional and keyword arguments -> one value per parameter, in order."""
@@ -155,10 +211,32 @@ class Binder:
                                 f"{tuple(array.strides)}); pass a contiguous copy (ascontiguousarray)")
         return array
 
-    def given_outputs(self, out, dims: dict[str, int]) -> list:
-        """The caller's `out=` arrays (one, or a tuple), checked."""
+    # ---- the kind of a call's arrays
+    def kind_of(self, given: list) -> tuple[ArrayKind, tuple | None]:
+        """The kind of the array arguments (each already adopted), and the first
+        array argument (its description and value); ArgumentError where two kinds meet."""
+        kind = first = None
+        for i in self.array_positions:
+            this = self.arrays.kind(given[i])
+            if kind is None:
+                kind, first = this, (f"parameter '{self.params[i].name}'", given[i])
+            elif this is not kind:
+                raise mixed_kinds((f"parameter '{self.params[i].name}'", given[i]), first, kind, this)
+        return (kind or self.arrays.own), first
+
+    def check_output_kinds(self, given: list, kind: ArrayKind, first: tuple | None) -> ArrayKind:
+        """out= arrays are of the parameters' kind (with no array parameter, of one kind)."""
+        for o, value in zip(self.signature.outputs, given):
+            this = self.arrays.kind(value)
+            if first is None:
+                kind, first = this, (f"output '{o.name}'", value)
+            elif this is not kind:
+                raise mixed_kinds((f"output '{o.name}'", value), first, kind, this)
+        return kind
+
+    def given_outputs(self, given: list, dims: dict[str, int]) -> list:
+        """The caller's `out=` arrays, checked."""
         outputs = self.signature.outputs
-        given = out if isinstance(out, (tuple, list)) else (out,)
         if len(given) != len(outputs):
             raise ArgumentError(f"out= takes {len(outputs)} array{'s' if len(outputs) != 1 else ''} "
                                 f"({', '.join(o.name for o in outputs) or 'the pipeline has no outputs'}), "
@@ -214,6 +292,23 @@ class Binder:
                 raise ArgumentError(f"repeat count '{self.params[i].name}' is 0, but {names} "
                                     f"{'is' if len(outputs) == 1 else 'are'} assigned only inside that 'repeat' "
                                     f"(line {line}) and read after it; pass a count of at least 1")
+
+
+def allocate(kind: ArrayKind, allocations) -> tuple[list, list]:
+    """New arrays of a call's kind, one per (shape, NumPy dtype), and the backend's views of them."""
+    arrays = [kind.empty(shape, dtype) for shape, dtype in allocations]
+    return arrays, arrays if kind.native else [kind.view(a) for a in arrays]
+
+
+def mixed_kinds(this: tuple, first: tuple, first_kind: ArrayKind, kind: ArrayKind) -> ArgumentError:
+    """Arrays of two kinds in one call: (description, value) of the offending and the first argument."""
+    return ArgumentError(f"{this[0]} is a {_type_name(this[1])}, but {first[0]} is a {_type_name(first[1])}: a "
+                         f"call takes arrays of one kind ({first_kind.name} or {kind.name}) and returns that kind")
+
+
+def _type_name(value) -> str:
+    kind = type(value)
+    return f"{kind.__module__.partition('.')[0]}.{kind.__qualname__}"
 
 
 def bind_dims(signature: CallSignature, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:

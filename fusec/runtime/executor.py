@@ -2,10 +2,12 @@
 
 The executor reads the launch interface alone. A call is checked by the
 binder (every check before anything is allocated or launched); the outputs
-and temporaries are allocated; then each step launches its kernel: the first
-variant whose needs the arrays meet, over its grid, with its parameters filled
-from their sources. A backend loads the module and launches one function over
-a grid (`Backend`).
+and temporaries are allocated as the kind of array the call was made with
+(NumPy, CuPy, torch tensors: `ArrayKind`), by that kind's library; then each
+step launches its kernel, on the kind's stream unless the call gives one: the
+first variant whose needs the arrays meet, over its grid, with its parameters
+filled from their sources. A backend loads the module and launches one
+function over a grid (`Backend`).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from fusec.ir.launch import (
     WorkItemGrid,
     unhandled,
 )
-from fusec.runtime.binder import ArrayModel, Binder, BoundCall, concrete, size_of
+from fusec.runtime.binder import ArrayKind, ArrayModel, Binder, BoundCall, allocate, concrete, size_of
 
 
 class Backend(Protocol):
@@ -147,7 +149,7 @@ class Executor:
         if record:
             if len(self._calls) >= 256:
                 self._calls.clear()
-            self._calls[key] = _RecordedCall(self, values, sizes, launched, self._foreign(args, {}))
+            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind)
         return self._result(values)
 
     def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
@@ -176,14 +178,18 @@ class Executor:
         arrays += [kwargs[p.name] for p in self.params if p.is_array and p.name in kwargs]
         return any(map(self.backend.foreign, arrays))
 
-    def _allocate(self, call: BoundCall) -> tuple[list, "_Sizes"]:
+    def _allocate(self, call: BoundCall) -> tuple["CallValues", "_Sizes"]:
         """A checked call as one flat list of values (parameters, outputs,
-        temporaries: the signature's slots), and its sizes."""
+        temporaries: the signature's slots), and its sizes. Outputs and
+        temporaries are new arrays of the call's kind, allocated by its library."""
         sizes = self._sizes_for(call.values, call.dims)
-        empty = self.backend.empty
-        values = list(call.values)
-        values += call.outputs if call.outputs is not None else [empty(s, d) for s, d in sizes.outputs]
-        values += [empty(s, d) for s, d in sizes.temps]
+        values = CallValues(call.values)
+        if call.outputs is not None:
+            values.outputs, outputs = call.out, call.outputs
+        else:
+            values.outputs, outputs = allocate(call.kind, sizes.outputs)
+        values += outputs
+        values += allocate(call.kind, sizes.temps)[1]
         return values, sizes
 
     def _sizes_for(self, values: list, dims: dict[str, int]) -> "_Sizes":
@@ -256,9 +262,8 @@ class Executor:
             case grid:
                 unhandled(grid)
 
-    def _result(self, values: list):
-        first = len(self.params)
-        return as_result(values[first:first + self.n_outputs])
+    def _result(self, values: "CallValues"):
+        return as_result(values.outputs)
 
 
 def _count(count, values: list) -> int:
@@ -281,6 +286,15 @@ def _argument(source, values: list, n: int, extents: list[int]):
             unhandled(source)
 
 
+class CallValues(list):
+    """A call's values, one per slot, as the backend launches them; and
+    `outputs`, the call's outputs as the caller gets them back (arrays of the
+    call's kind: the out= arrays as given, or torch tensors where the slots hold
+    the backend's views of them)."""
+
+    __slots__ = ("outputs",)
+
+
 def as_result(outputs: list):
     """A call's return value: its one output, a tuple of several, or None."""
     return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
@@ -299,14 +313,19 @@ class _RecordedCall:
     """A plain call seen twice, replayed for calls with its key (`Executor._call_key`):
     every check that depends on the arrays was made then, and each launch is
     fixed but for the scalars and the new outputs and temporaries. Input arrays
-    are held by address only, so nothing is kept alive."""
+    are held by address only, so nothing is kept alive. The key fixes the kind
+    of the arrays (their types are in it): outputs are allocated as that kind,
+    and the launches go to its stream (torch tensors: torch's current stream,
+    where they were produced; no stream hand-off is needed)."""
 
     MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
 
-    def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, foreign: bool):
+    def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind):
         backend, first = executor.backend, len(executor.params)
-        self.empty, self.pointer = backend.empty, backend.pointer
-        self.hand_off = backend.hand_off if foreign else None
+        self.empty, self.pointer, self.stream = kind.empty, kind.pointer, kind.stream
+        # The backend's own arrays are launch arguments as they are; another kind's
+        # (torch's) go by address, which costs less than a view of each.
+        self.address = None if kind.native else backend.address
         self.allocations = list(sizes.outputs) + list(sizes.temps)
         self.n_outputs = len(sizes.outputs)
         checkers = executor.binder.checkers
@@ -333,18 +352,21 @@ class _RecordedCall:
             self.launches.append((template, new, scalars, fire))
 
     def run(self, args: tuple):
-        new = [self.empty(shape, dtype) for shape, dtype in self.allocations]
+        allocated = [self.empty(shape, dtype) for shape, dtype in self.allocations]
         for k, size in self.alignment:
-            if self.pointer(new[k]) % size:
+            if self.pointer(allocated[k]) % size:
                 return self.MISALIGNED
+        new = allocated if self.address is None else [self.address(self.pointer(a)) for a in allocated]
         scalars = [check(args[i]) for i, check in self.scalars]
-        if self.hand_off is not None:
-            self.hand_off()
+        stream = self.stream()
         for template, outputs, scalar_args, fire in self.launches:
             launch_args = template.copy()
             for at, k in outputs:
                 launch_args[at] = new[k]
             for at, j, pack in scalar_args:
                 launch_args[at] = scalars[j] if pack is None else pack(scalars[j])
-            fire(launch_args)
-        return as_result(new[:self.n_outputs])
+            if stream is None:
+                fire(launch_args)
+            else:
+                fire(launch_args, stream=stream)
+        return as_result(allocated[:self.n_outputs])

@@ -22,7 +22,9 @@ import numpy as np
 
 from fusec import __version__, cache
 from fusec.errors import ArgumentError
+from fusec.interop import torch_arrays
 from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam
+from fusec.runtime.binder import ArrayKind, OwnArrays
 from fusec.target import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
@@ -253,23 +255,50 @@ class CudaBackend:
 
 
 class DeviceArrays:
-    """The cuda backend's arrays for the binder: CuPy arrays on this device, or
-    any GPU array with DLPack or __cuda_array_interface__ (used in place)."""
+    """The cuda backend's arrays for the binder: CuPy arrays on this device, torch
+    CUDA tensors (a call of them returns torch tensors and runs on torch's
+    current stream), or any other GPU array with DLPack or
+    __cuda_array_interface__ (used in place; a call of them returns CuPy arrays)."""
 
     def __init__(self, cp, device: int):
         self.cp, self.device = cp, device
+        self.own = OwnArrays("CuPy arrays", cp.empty, _cupy_pointer)
+        self._torch: ArrayKind | None = None
+
+    def kind(self, value) -> ArrayKind:
+        if type(value) is self.cp.ndarray or not torch_arrays.is_tensor(value):
+            return self.own
+        if self._torch is None:
+            import torch
+            self._torch = torch_arrays.TorchTensors(torch.device("cuda", self.device), self._torch_view)
+        return self._torch
 
     def adopt(self, value):
         cp = self.cp
         if isinstance(value, np.ndarray):
             raise ArgumentError("a NumPy array is in host memory; the cuda backend takes CuPy arrays "
                                 "(cupy.asarray(x)) or GPU arrays with DLPack or __cuda_array_interface__")
+        if torch_arrays.is_tensor(value):
+            return self._adopt_tensor(value)
         if not isinstance(value, cp.ndarray):
             value = self._import(value)
         if value.device.id != self.device:
             raise ArgumentError(f"the array is on device {value.device.id}, but this pipeline runs on device "
                                 f"{self.device} (use `with cupy.cuda.Device({value.device.id}):`)")
         return value
+
+    def _adopt_tensor(self, tensor):
+        device = tensor.get_device()  # -1 on the CPU
+        if device < 0:
+            raise ArgumentError(f"the tensor is on the {tensor.device.type}; the cuda backend takes CUDA tensors "
+                                "(x.cuda())")
+        if device != self.device:
+            raise ArgumentError(f"the tensor is on cuda:{device}, but this pipeline runs on device {self.device} "
+                                f"(use `with cupy.cuda.Device({device}):`)")
+        return self._torch_view(tensor)
+
+    def _torch_view(self, tensor):
+        return torch_arrays.device_view(self.cp, tensor, self.device)
 
     def _import(self, value):
         """A GPU array from another library, without a copy (DLPack first: it carries bf16)."""

@@ -1,0 +1,308 @@
+"""`fusec.torch_op`: a pipeline as a torch.library custom op.
+
+    bias_gelu = fusec.torch_op("examples/bias_gelu.fz", name="mylib::bias_gelu")
+    y = bias_gelu(x, b)          # eager, or inside torch.compile(model, fullgraph=True)
+
+The op's schema comes from the pipeline's call signature: arrays are Tensors
+(`inout` arrays are mutated arguments), integer scalars `SymInt`, bools
+`bool`, float scalars `Scalar`; outputs are Tensors. Its fake implementation
+computes the outputs' shapes from the inputs' dims and their dtypes from the
+declared types, so torch.compile traces through it without running it. Its
+implementation runs fusec on the tensors' device: CUDA tensors on the cuda
+backend, on torch's current stream, with outputs and temporaries from torch's
+caching allocator (so CUDA graphs capture it); CPU tensors on the sim backend
+(or the numpy one).
+
+Float scalars are `Scalar`, not `float`: Dynamo guards on the value of a
+custom op's `float` argument, so a new learning rate would recompile the model
+(up to the recompile limit, then fall back to eager), while a `Scalar` that
+Dynamo has made symbolic (`torch._dynamo.config.specialize_float` is False)
+passes through unguarded (torch 2.13; torch 2.11 still specializes it).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from dataclasses import dataclass, replace
+
+from fusec.errors import ArgumentError
+from fusec.ir.launch import CallSignature, call_signature
+from fusec.jit import JitOptions, JitPipeline, jit
+from fusec.runtime.binder import bind_dims, concrete
+
+# The schema type of a scalar parameter, by its kind.
+SCALAR_SCHEMA = {"float": "Scalar", "int": "SymInt", "uint": "SymInt", "bool": "bool"}
+# The Python type a scalar of a schema type is passed as.
+SCALAR_PYTHON = {"Scalar": float, "SymInt": int, "bool": bool}
+JIT_OPTIONS = ("fuse", "backend", "max_regs", "arch", "persistent")
+
+
+def torch_op(source, /, *, name: str, pipeline: str | None = None, **jit_options) -> "TorchOp":
+    """Registers a pipeline as the torch.library custom op `name` ("namespace::op").
+
+    source: a path to a .fz file, .fz source text, or a Python function as
+    `@fusec.jit` takes one, annotated as torch.library.custom_op requires
+    (`x: torch.Tensor, s: float -> torch.Tensor`, or a tuple of Tensors).
+    pipeline: which pipeline of a file with several. jit_options: fuse,
+    max_regs, arch and persistent, as fusec.jit takes them, and backend: where
+    CPU tensors run ("sim", the default, or "numpy"; "cuda": CUDA tensors
+    only). CUDA tensors run on the cuda backend.
+    """
+    import torch
+
+    unknown = set(jit_options) - set(JIT_OPTIONS)
+    if unknown:
+        raise TypeError(f"fusec.torch_op() has no option {', '.join(sorted(unknown))} (options: name, pipeline, "
+                        f"{', '.join(JIT_OPTIONS)})")
+    options = JitOptions(**jit_options)
+    if callable(source):
+        if pipeline is not None:
+            raise TypeError("fusec.torch_op(): pipeline= names a pipeline of a .fz file; it does not apply to a "
+                            "function")
+        definition = _TracedDefinition(source, options, torch)
+    else:
+        compiled = jit(source, backend="numpy", pipeline=pipeline)
+        if not isinstance(compiled, JitPipeline):
+            raise ValueError(f"fusec.torch_op(): the program has several pipelines "
+                             f"({', '.join(p.name for p in compiled.program.pipelines)}): name one with pipeline=")
+        definition = _FzDefinition(compiled.program, compiled.name, options)
+    return TorchOp(torch, name, definition)
+
+
+class TorchOp:
+    """A fusec pipeline registered as a torch custom op: call it as the op.
+
+    `op` is the torch.library CustomOpDef (`op.register_autograd`, ...), and
+    `schema` its schema."""
+
+    def __init__(self, torch, name: str, definition: "_Definition"):
+        self.name, self.definition, self.torch = name, definition, torch
+        self.schema = definition.schema()
+        mutated = [p.name for p in definition.params if p.mutated]
+        self.op = torch.library.custom_op(name, self._run, mutates_args=mutated, schema=self.schema)
+        self.op.register_fake(self._fake)
+        self._runners: dict[tuple, object] = {}
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<fusec torch op {self.name}{self.schema}>"
+
+    # ---- the fake (meta) implementation: shapes and dtypes only
+    def _fake(self, *args):
+        device = self._device(args)
+        return self._new_outputs(self.definition.signature(args, fake=True), args, device)
+
+    def _new_outputs(self, signature: CallSignature, args: tuple, device):
+        """New output tensors for a call, their shapes bound from the inputs' dims."""
+        torch = self.torch
+        shapes = {}
+        for p, a in zip(signature.params, args):
+            if p.is_array:
+                if a.dtype != getattr(torch, p.type.torch):
+                    raise ArgumentError(f"parameter '{p.name}': expected dtype {p.type} "
+                                        f"(torch.{p.type.torch}), got {a.dtype}")
+                shapes[p.name] = tuple(a.shape)
+        dims = bind_dims(signature, shapes)
+        self.definition.check_outputs(len(signature.outputs))
+        outputs = [torch.empty(concrete(o.shape, dims), dtype=getattr(torch, o.type.torch), device=device)
+                   for o in signature.outputs]
+        return _as_op_result(outputs)
+
+    def _device(self, args: tuple):
+        """The device of the call's tensors (one for all)."""
+        first = None
+        for p, a in zip(self.definition.params, args):
+            if p.is_tensor:
+                if first is None:
+                    first = (p.name, a.device)
+                elif a.device != first[1]:
+                    raise ArgumentError(f"parameter '{p.name}' is on {a.device}, but '{first[0]}' is on {first[1]}: "
+                                        "pass tensors on one device")
+        return first[1]
+
+    # ---- the implementation
+    def _run(self, *args):
+        device = self._device(args)
+        args = self.definition.scalars_as_declared(args)
+        if device.type == "cuda":
+            result = self._run_cuda(device.index, args)
+        elif device.type == "cpu":
+            result = self._run_cpu(device, args)
+        else:
+            raise ArgumentError(f"fusec runs tensors on the CPU or a CUDA device, not on {device}")
+        self.definition.check_outputs(0 if result is None else len(result) if isinstance(result, tuple) else 1)
+        return result
+
+    def _run_cpu(self, device, args: tuple):
+        backend = self.definition.options.backend
+        if backend == "cuda":
+            raise ArgumentError(f"{self.name} was registered with backend='cuda': it takes CUDA tensors")
+        backend = "sim" if backend == "auto" else backend
+        runner = self._runner(backend)
+        if backend == "numpy":
+            # The NumPy reference allocates NumPy outputs itself: it writes into torch's instead.
+            outputs = self._new_outputs(self.definition.signature(args), args, device)
+            runner(*args, out=outputs)
+            return outputs
+        return runner(*args)
+
+    def _run_cuda(self, index: int, args: tuple):
+        from fusec.runtime.backends.cuda import cupy
+        cp = cupy()
+        if cp.cuda.runtime.getDevice() == index:
+            return self._runner("cuda", index)(*args)
+        with cp.cuda.Device(index):  # a pipeline's module is loaded on its device and launched there
+            return self._runner("cuda", index)(*args)
+
+    def _runner(self, backend: str, device: int = 0):
+        """What runs the op on `backend` (and CUDA device), made at its first call."""
+        runner = self._runners.get((backend, device))
+        if runner is None:
+            runner = self._runners[backend, device] = self.definition.runner(backend)
+        return runner
+
+
+def _as_op_result(outputs: list):
+    return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+# ---- what an op is defined from
+
+
+@dataclass(frozen=True, slots=True)
+class OpParam:
+    """A parameter of the op: its name, schema type and whether the op writes it."""
+
+    name: str
+    type: str  # "Tensor", "Scalar", "SymInt" or "bool"
+    mutated: bool = False
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type == "Tensor"
+
+
+class _Definition:
+    """A pipeline as an op sees it: its parameters and number of outputs (the
+    schema), the call signature of given arguments, and a runner per backend."""
+
+    params: list[OpParam]
+    n_outputs: int
+    options: JitOptions
+
+    def schema(self) -> str:
+        aliases = iter("abcdefghijklmnopqrstuvwxyz")
+        params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else f"{p.type} {p.name}" for p in self.params]
+        returns = "Tensor" if self.n_outputs == 1 else "(" + ", ".join(["Tensor"] * self.n_outputs) + ")"
+        return f"({', '.join(params)}) -> {returns}"
+
+    def signature(self, args: tuple, fake: bool = False) -> CallSignature:
+        raise NotImplementedError
+
+    def runner(self, backend: str):
+        raise NotImplementedError
+
+    def scalars_as_declared(self, args: tuple) -> tuple:
+        return args
+
+    def check_outputs(self, n: int) -> None:
+        pass
+
+
+class _FzDefinition(_Definition):
+    """A pipeline of a .fz program."""
+
+    def __init__(self, program, name: str, options: JitOptions):
+        self.program, self.name, self.options = program, name, options
+        self._signature = call_signature(program.pipeline(name))
+        self.params = [OpParam(p.name, "Tensor" if p.is_array else SCALAR_SCHEMA[p.type.kind], p.role == "inout")
+                       for p in self._signature.params]
+        if not any(p.is_tensor for p in self.params):
+            raise ValueError(f"fusec.torch_op(): pipeline '{name}' has no array parameter; an op runs on its "
+                             "tensors' device")
+        self.n_outputs = len(self._signature.outputs)
+
+    def signature(self, args: tuple, fake: bool = False) -> CallSignature:
+        return self._signature
+
+    def runner(self, backend: str):
+        return JitPipeline(self.program, self.name, replace(self.options, backend=backend))
+
+
+class _TracedDefinition(_Definition):
+    """A Python function, traced as `@fusec.jit` traces it, once per signature;
+    the op's schema comes from its annotations."""
+
+    def __init__(self, fn, options: JitOptions, torch):
+        self.fn, self.options = fn, options
+        self.params = [OpParam(name, _schema_type(fn, name, hint, torch)) for name, hint in _hints(fn).items()]
+        if not any(p.is_tensor for p in self.params):
+            raise ValueError(f"fusec.torch_op(): {fn.__name__} has no Tensor parameter; an op runs on its "
+                             "tensors' device")
+        self.n_outputs = _annotated_outputs(fn, torch)
+        self._python = [SCALAR_PYTHON.get(p.type) for p in self.params]
+
+    def runner(self, backend: str):
+        from fusec.traced import TracedFunction
+        return TracedFunction(self.fn, replace(self.options, backend=backend))
+
+    @functools.cached_property
+    def _tracer(self):
+        """Traces for the fake implementation: the pipeline of a signature, never run."""
+        return self.runner("numpy")
+
+    def scalars_as_declared(self, args: tuple) -> tuple:
+        """Scalars as their annotated type (a `Scalar` may come as an int), so that
+        the real call traces the signature the fake one did."""
+        return tuple(a if python is None else python(a) for python, a in zip(self._python, args))
+
+    def signature(self, args: tuple, fake: bool = False) -> CallSignature:
+        if fake:  # symbolic scalars: their annotated type is all that tracing reads
+            args = tuple(a if python is None else python() for python, a in zip(self._python, args))
+        pipeline = self._tracer.compile_for(*args)
+        return call_signature(pipeline.program.pipeline(pipeline.name))
+
+    def check_outputs(self, n: int) -> None:
+        if n != self.n_outputs:
+            raise TypeError(f"{self.fn.__name__} returns {n} array{'s' if n != 1 else ''}, but its annotation "
+                            f"says {self.n_outputs}")
+
+
+def _hints(fn) -> dict:
+    """Each parameter's annotation, in order."""
+    try:
+        parameters = inspect.signature(fn).parameters
+        hints = typing.get_type_hints(fn)
+    except (TypeError, ValueError, NameError) as exc:
+        raise TypeError(f"fusec.torch_op(): cannot read the annotations of {fn!r} ({exc})") from None
+    for name, p in parameters.items():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TypeError(f"fusec.torch_op(): {fn.__name__}'s parameter '{name}' must be positional (an op's "
+                            "schema has a fixed list of parameters)")
+        if name not in hints:
+            raise TypeError(f"fusec.torch_op(): annotate {fn.__name__}'s parameter '{name}' (torch.Tensor, float, "
+                            "int or bool), as torch.library.custom_op requires")
+    return {name: hints[name] for name in parameters}
+
+
+def _schema_type(fn, name: str, hint, torch) -> str:
+    found = {torch.Tensor: "Tensor", float: "Scalar", int: "SymInt", bool: "bool"}.get(hint)
+    if found is None:
+        raise TypeError(f"fusec.torch_op(): {fn.__name__}'s parameter '{name}' is annotated {hint!r}; an op takes "
+                        "torch.Tensor, float, int or bool")
+    return found
+
+
+def _annotated_outputs(fn, torch) -> int:
+    hint = typing.get_type_hints(fn).get("return")
+    if hint is torch.Tensor:
+        return 1
+    if typing.get_origin(hint) is tuple:
+        items = typing.get_args(hint)
+        if items and all(item is torch.Tensor for item in items):
+            return len(items)
+    raise TypeError(f"fusec.torch_op(): annotate what {fn.__name__} returns: torch.Tensor, or "
+                    "tuple[torch.Tensor, ...] with one Tensor per returned array")
