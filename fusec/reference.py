@@ -15,7 +15,7 @@ import numpy as np
 
 from fusec.ir.launch import call_signature
 from fusec.ir.program import Apply, Body, Pipeline, Program, Repeat
-from fusec.runtime.binder import Binder, concrete
+from fusec.runtime.binder import Binder, allocate, concrete
 from fusec.runtime.host_arrays import HostArrays
 from fusec.types import INT_RANGE, ScalarType
 
@@ -194,10 +194,13 @@ class Interpreter:
         The call is checked by the binder every backend shares."""
         pipeline = self.program.pipeline(name)
         call = _binder(self.program, name).bind(args, kwargs)
-        outputs = call.outputs or [np.empty(concrete(o.shape, call.dims), numpy_dtype(o.type))
-                                   for o in pipeline.outputs]
+        if call.outputs is not None:
+            results, outputs = call.out, call.outputs
+        else:  # new arrays of the call's kind (torch tensors for tensors), written through NumPy views
+            results, outputs = allocate(call.kind, [(concrete(o.shape, call.dims), numpy_dtype(o.type))
+                                                    for o in pipeline.outputs])
         self.execute(pipeline, call.values, outputs, call.dims)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None
+        return results[0] if len(results) == 1 else tuple(results) if results else None
 
     def execute(self, pipeline: Pipeline, values: list, outputs: list, dims: dict) -> None:
         """Runs `pipeline` on checked values (one per parameter, scalars as Python
@@ -218,9 +221,10 @@ class Interpreter:
         scalar_values, calls = SetBinder(_binder(self.program, name)).bind(sets, scalars, named_scalars)
         results = []
         for call in calls:
-            outputs = [np.empty(concrete(o.shape, call.dims), numpy_dtype(o.type)) for o in pipeline.outputs]
+            made, outputs = allocate(call.kind, [(concrete(o.shape, call.dims), numpy_dtype(o.type))
+                                                 for o in pipeline.outputs])
             self.execute(pipeline, call.values, outputs, call.dims)
-            results.append(outputs[0] if len(outputs) == 1 else tuple(outputs) if outputs else None)
+            results.append(made[0] if len(made) == 1 else tuple(made) if made else None)
         return results
 
     def _stmts(self, pipeline: Pipeline, stmts, store: dict, dims: dict) -> None:

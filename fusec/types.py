@@ -6,6 +6,7 @@ in f32 and rounded when stored.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,13 +52,18 @@ class ScalarType:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        if self.name == "bf16":
-            import ml_dtypes
-            return np.dtype(ml_dtypes.bfloat16)
-        return np.dtype(self.numpy)
+        return _numpy_dtype(self.numpy)
 
     def __str__(self) -> str:
         return self.name
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 def _int(kind: str, bits: int) -> ScalarType:

@@ -557,7 +557,7 @@ def quick_key(value) -> tuple:
     shape = getattr(value, "shape", None)
     if shape is None:
         return type(value)
-    return type(value), value.dtype, tuple(d == 1 for d in shape)
+    return type(value), value.dtype, tuple(int(d) == 1 for d in shape)
 
 
 def trace_source(name: str, key: tuple, run) -> str:

@@ -125,6 +125,8 @@ class Binder:
         self.written = [i for i, p in enumerate(self.params) if p.written]
         self.counts = list(signature.counts)
         self._dims: dict[tuple, dict[str, int]] = {}
+        # The parameters and outputs as the aliasing check walks them (None: a scalar).
+        self._array_slots = [p if p.is_array else None for p in self.params] + list(signature.outputs)
 
     # ---- a whole call
     def bind(self, args: tuple, kwargs: dict) -> BoundCall:
@@ -252,14 +254,11 @@ class Binder:
 
     def check_aliasing(self, arrays: list) -> None:
         """A written array (inout or output) may share no memory with another array of the call."""
-        params = list(self.params) + list(self.signature.outputs)
-        spans = []
-        for p, a in zip(params, arrays):
-            if p.is_array:
-                start, end = self.arrays.span(a)
-                if end > start:
-                    spans.append((p, start, end))
+        span = self.arrays.span
+        spans = [(p, *span(a)) for p, a in zip(self._array_slots, arrays) if p is not None]
         for i, (a, a0, a1) in enumerate(spans):
+            if a0 == a1:
+                continue
             for b, b0, b1 in spans[i + 1:]:
                 if (a.written or b.written) and a0 < b1 and b0 < a1:
                     raise ArgumentError(f"'{a.name}' and '{b.name}' share memory, but "

@@ -23,7 +23,7 @@ class GraphExecutor(Executor):
 
     def __init__(self, interface: LaunchInterface, backend: Backend):
         super().__init__(interface, backend)
-        self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds, foreign)
+        self._graphs: dict[tuple, tuple] = {}  # key -> (graph, result, the values it holds, the kind's stream)
 
     def __call__(self, *args, **kwargs):
         key = self._call_key(args, scalars=True) if not kwargs else None
@@ -33,9 +33,8 @@ class GraphExecutor(Executor):
             key, entry = None, None
         if entry is None:  # a new key (checked, then captured), or a call with out= or stream=
             return self._call_checked(args, kwargs, key)
-        if entry[3]:
-            self.backend.hand_off()
-        self.backend.replay(entry[0], None)
+        # On the stream of the arrays' kind (torch's current stream for tensors), where they were produced.
+        self.backend.replay(entry[0], entry[3]())
         return entry[1]
 
     def _call_checked(self, args: tuple, kwargs: dict, key: tuple | None):
@@ -49,7 +48,7 @@ class GraphExecutor(Executor):
         if entry is None:
             values, sizes = self._allocate(call)
             graph = self.backend.capture(lambda capture_stream: self._launch_all(values, sizes, capture_stream))
-            entry = self._graphs[key] = (graph, self._result(values), values, self._foreign(args, kwargs))
+            entry = self._graphs[key] = (graph, self._result(values), values, call.kind.stream)
             if len(self._graphs) > self.MAX_GRAPHS:
                 del self._graphs[next(iter(self._graphs))]
         self.backend.replay(entry[0], call.stream)

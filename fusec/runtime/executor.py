@@ -25,10 +25,13 @@ from fusec.ir.launch import (
     KernelParam,
     LaunchInterface,
     NumElements,
+    PointerTable,
     RepeatSteps,
     ScalarArg,
     Variant,
+    WorkItemCount,
     WorkItemGrid,
+    WorkItems,
     unhandled,
 )
 from fusec.runtime.binder import ArrayKind, ArrayModel, Binder, BoundCall, allocate, concrete, size_of
@@ -66,13 +69,6 @@ class Backend(Protocol):
     def signatures(self, arrays: list) -> object | None:
         """The signatures of many arrays, in any form that compares with ==."""
 
-    def foreign(self, value) -> bool:
-        """Whether an array comes from another library (its import orders streams: see hand_off)."""
-
-    def hand_off(self) -> None:
-        """The stream ordering importing a foreign array gives, for the paths
-        that read foreign arrays by signature without importing them."""
-
     def stream(self, value) -> object:
         """The backend's stream for a `stream=` argument (None: the current one)."""
 
@@ -89,7 +85,7 @@ class Backend(Protocol):
 class _Kernel:
     """One kernel's launch, prepared from its `KernelLaunch` for one backend."""
 
-    __slots__ = ("launch", "variants", "sources", "packers")
+    __slots__ = ("launch", "variants", "sources", "packers", "getters")
 
     def __init__(self, launch: KernelLaunch, backend: Backend):
         self.launch = launch
@@ -97,6 +93,8 @@ class _Kernel:
         self.variants = [(v, backend.block(v.name)) for v in launch.variants]
         self.sources = [p.source for p in launch.params]
         self.packers = [backend.packer(p) for p in launch.params]
+        # Each parameter's value from (values, n, extents), decided once per source.
+        self.getters = [_getter(source) for source in self.sources]
 
 
 class Executor:
@@ -172,12 +170,6 @@ class Executor:
                 key += (type(value), value)
         return tuple(key)
 
-    def _foreign(self, args: tuple, kwargs: dict) -> bool:
-        """Whether an array argument comes from another library (see Backend.hand_off)."""
-        arrays = [a for a, is_array in zip(args, self._is_array) if is_array]
-        arrays += [kwargs[p.name] for p in self.params if p.is_array and p.name in kwargs]
-        return any(map(self.backend.foreign, arrays))
-
     def _allocate(self, call: BoundCall) -> tuple["CallValues", "_Sizes"]:
         """A checked call as one flat list of values (parameters, outputs,
         temporaries: the signature's slots), and its sizes. Outputs and
@@ -227,7 +219,7 @@ class Executor:
         n, extents = sizes.kernels[index]
         if n == 0:
             return
-        args = [_argument(source, values, n, extents) for source in kernel.sources]
+        args = [get(values, n, extents) for get in kernel.getters]
         variant, block = self._variant(kernel, values, extents)
         grid = self._grid(variant, block, n)
         packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
@@ -244,8 +236,12 @@ class Executor:
         broadcasts, whose rows hold whole vectors); the last needs nothing."""
         pointer = self.backend.pointer
         for variant, block in kernel.variants:
-            if all(pointer(values[slot]) % size == 0 for slot, size in variant.alignment) and \
-                    (not variant.whole_rows or extents[-1] % variant.elements_per_thread == 0):
+            if variant.whole_rows and extents[-1] % variant.elements_per_thread:
+                continue
+            for slot, size in variant.alignment:
+                if pointer(values[slot]) % size:
+                    break
+            else:
                 return variant, block
         raise AssertionError(f"{kernel.launch.name}: no variant without needs")  # the plan always ends with one
 
@@ -270,18 +266,19 @@ def _count(count, values: list) -> int:
     return count if isinstance(count, int) else values[count.slot]
 
 
-def _argument(source, values: list, n: int, extents: list[int]):
+def _getter(source) -> Callable[[list, int, list], object] | None:
+    """get(values, n, extents): a parameter's value for one launch."""
     match source:
-        case ArrayArg(slot) | ScalarArg(slot):
-            return values[slot]
-        case CountArg(slot):
-            return values[slot]
+        case ArrayArg(slot) | ScalarArg(slot) | CountArg(slot):
+            return lambda values, n, extents: values[slot]
         case ConstArg(value):
-            return value
+            return lambda values, n, extents: value
         case NumElements():
-            return n
+            return lambda values, n, extents: n
         case Extent(dim):
-            return extents[dim]
+            return lambda values, n, extents: extents[dim]
+        case PointerTable() | WorkItems() | WorkItemCount():
+            return None  # a foreach launch's: MultiTensorExecutor fills them
         case _:
             unhandled(source)
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from fusec.errors import ArgumentError
 from fusec.ir.launch import LaunchInterface, MultiTensor, PointerTable, ScalarArg, WorkItemCount, WorkItems, unhandled
-from fusec.runtime.binder import Binder, BoundCall
+from fusec.runtime.binder import Binder, BoundCall, allocate, mixed_kinds
 from fusec.runtime.executor import Backend, Executor, as_result
 
 
@@ -59,6 +59,11 @@ class SetBinder:
                 calls.append(self.binder.bind(args, {}))  # every check of a call, aliasing within the set too
             except ArgumentError as exc:
                 raise ArgumentError(f"foreach set {j}: {exc}") from None
+        for j, call in enumerate(calls[1:], 1):
+            if call.kind is not calls[0].kind:
+                raise ArgumentError(f"foreach set {j}: " + str(mixed_kinds(("its arrays", sets[j][0]),
+                                                                             ("set 0's", sets[0][0]),
+                                                                             calls[0].kind, call.kind)))
         self._check_across_sets([c.values for c in calls])
         return calls
 
@@ -121,16 +126,15 @@ class MultiTensorExecutor(Executor):
         arrays are updated in place."""
         scalars = self.set_binder.scalars(scalar_args, scalar_kwargs)
         prepared = self._lookup(sets, scalars)
-        if prepared.foreign:
-            self.backend.hand_off()
         if not self.signature.outputs:  # updates in place (an optimizer): nothing to allocate or return
             if prepared.chunks:
                 self._launch_sets(prepared, scalars)
             return [None] * len(sets)
-        outputs = [[self.backend.empty(shape, dtype) for shape, dtype in shapes] for shapes in prepared.output_shapes]
+        # Each set's outputs: new arrays of the sets' kind (torch tensors for tensors), and the backend's views.
+        allocated = [allocate(prepared.kind, shapes) for shapes in prepared.output_shapes]
         if prepared.chunks:
-            self._launch_sets(prepared, scalars, outputs)
-        return [as_result(out) for out in outputs]
+            self._launch_sets(prepared, scalars, [views for _, views in allocated])
+        return [as_result(results) for results, _ in allocated]
 
     def _lookup(self, sets, scalars: dict) -> "_Prepared":
         """The preparation kept for these arrays (compared with ==, most recent
@@ -157,7 +161,8 @@ class MultiTensorExecutor(Executor):
     def _prepare_sets(self, sets, scalars: dict) -> "_Prepared":
         """Every set checked (as a call would check it), then across sets; the tables built."""
         per_set, sizes, output_shapes = [], [], []
-        for call in self.set_binder.sets(sets, scalars):
+        calls = self.set_binder.sets(sets, scalars)
+        for call in calls:
             set_sizes = self._sizes_for(call.values, call.dims)
             per_set.append(call.values)
             sizes.append(set_sizes.kernels[0][0])
@@ -168,8 +173,7 @@ class MultiTensorExecutor(Executor):
                   for source in self.kernel.sources
                   if isinstance(source, PointerTable) and source.slot < len(self.params)}
         items = work_items(sizes, aligned, self.variant.elements_per_thread, self.chunk)
-        foreign = any(map(self.backend.foreign, itertools.chain.from_iterable(sets)))
-        return _Prepared(tables, sizes, aligned, self.backend.table(items), len(items), output_shapes, foreign)
+        return _Prepared(tables, sizes, aligned, self.backend.table(items), len(items), output_shapes, calls[0].kind)
 
     def _launch_sets(self, prepared: "_Prepared", scalars: dict, outputs: list[list] | None = None) -> None:
         """One launch over every set; `outputs`: each set's new output arrays."""
@@ -199,7 +203,12 @@ class MultiTensorExecutor(Executor):
                     unhandled(source)
             args.append(value if pack is None else pack(value))
         grid = self._grid(self.variant, self.block, prepared.chunks)
-        self.backend.launcher(self.variant.name, grid, self.block)(args)
+        stream = prepared.kind.stream()  # torch tensors: torch's current stream, where they were written
+        fire = self.backend.launcher(self.variant.name, grid, self.block)
+        if stream is None:
+            fire(args)
+        else:
+            fire(args, stream=stream)
 
     def _pointer_table(self, arrays: list):
         return self.backend.table(np.array([self.backend.pointer(a) for a in arrays], np.uint64))
@@ -220,9 +229,9 @@ def work_items(sizes: list[int], aligned: list[bool], width: int, chunk: int) ->
 class _Prepared:
     """What one list of argument sets fixes."""
 
-    __slots__ = ("tables", "sizes", "aligned", "items", "chunks", "output_shapes", "foreign")
+    __slots__ = ("tables", "sizes", "aligned", "items", "chunks", "output_shapes", "kind")
 
-    def __init__(self, tables, sizes, aligned, items, chunks, output_shapes, foreign):
+    def __init__(self, tables, sizes, aligned, items, chunks, output_shapes, kind):
         self.tables, self.sizes, self.aligned = tables, sizes, aligned
         self.items, self.chunks, self.output_shapes = items, chunks, output_shapes
-        self.foreign = foreign  # torch tensors among the arrays: hand_off() before each launch
+        self.kind = kind  # of the sets' arrays: what outputs are allocated as, and the stream launched on

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import operator
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -197,7 +196,7 @@ class CudaBackend:
             else:  # torch.Tensor and its subclasses: the class that defines the methods
                 base = next((c for c in kind.__mro__ if {"data_ptr", "is_contiguous"} <= vars(c).keys()), None)
                 if base is not None:  # is_contiguous, not stride(): the same check, without a tuple per call
-                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype)
+                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype, _requires_grad)
             self._reader_cache[kind] = readers
         return self._reader_cache[kind]
 
@@ -233,26 +232,6 @@ class CudaBackend:
     def replay(self, graph, stream) -> None:
         graph.launch(stream)  # None: the current stream
 
-    def foreign(self, value) -> bool:
-        return type(value) is not self.cp.ndarray
-
-    def hand_off(self) -> None:
-        """The stream order a DLPack import of a torch tensor gives (the call
-        path that reads torch tensors directly skips the import): CuPy's current
-        stream waits for torch's current stream where the two differ."""
-        torch = sys.modules.get("torch")
-        if torch is None or not torch.cuda.is_initialized():
-            return
-        # torch's raw stream handle, as Triton reads it; a torch.cuda.Stream costs ~5 µs to make
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        producer = raw(self.device) if raw is not None else torch.cuda.current_stream(self.device).cuda_stream
-        consumer = self.cp.cuda.get_current_stream()
-        if producer == consumer.ptr:
-            return
-        event = self.cp.cuda.Event(disable_timing=True)
-        event.record(self.stream(_StreamHandle(producer)))
-        consumer.wait_event(event)
-
 
 class DeviceArrays:
     """The cuda backend's arrays for the binder: CuPy arrays on this device, torch
@@ -282,9 +261,10 @@ class DeviceArrays:
             return self._adopt_tensor(value)
         if not isinstance(value, cp.ndarray):
             value = self._import(value)
-        if value.device.id != self.device:
-            raise ArgumentError(f"the array is on device {value.device.id}, but this pipeline runs on device "
-                                f"{self.device} (use `with cupy.cuda.Device({value.device.id}):`)")
+        if value.data.device_id != self.device:
+            device = value.data.device_id
+            raise ArgumentError(f"the array is on device {device}, but this pipeline runs on device "
+                                f"{self.device} (use `with cupy.cuda.Device({device}):`)")
         return value
 
     def _adopt_tensor(self, tensor):
@@ -337,18 +317,9 @@ class DeviceArrays:
         return check
 
 
-class _StreamHandle:
-    """A raw stream handle as the CUDA stream protocol presents one."""
-
-    def __init__(self, handle: int):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return 0, self.handle
-
-
 _cupy_pointer = operator.attrgetter("data.ptr")
-_shape, _strides, _dtype = (operator.attrgetter(name) for name in ("shape", "strides", "dtype"))
+_shape, _strides, _dtype, _requires_grad = (operator.attrgetter(name)
+                                             for name in ("shape", "strides", "dtype", "requires_grad"))
 
 
 @functools.cache

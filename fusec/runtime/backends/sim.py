@@ -110,11 +110,6 @@ class SimBackend:
             raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
         return None
 
-    def foreign(self, value) -> bool:
-        return False
-
-    def hand_off(self) -> None:
-        pass
 
 
 def _ctype(p: KernelParam):
