@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import statistics
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -212,12 +213,16 @@ def broadcast(i: int, dtype: str = "f32", heavy: float = 0.2) -> str:
     return _pipeline(f"bcast{i}_{dtype}", ", ".join(params), _outs(outs, dtype, full), lines)
 
 
-def loop(i: int, carried: int, depth: int, heavy: float, dtype: str = "f32", count: str = "k") -> str:
-    """A repeat body over one iteration space: `carried` arrays updated in registers `count` times."""
+def loop(i: int, carried: int, depth: int, heavy: float, dtype: str = "f32", count: str = "k",
+         broadcast: bool = False) -> str:
+    """A repeat body over one iteration space: `carried` arrays updated in
+    registers `count` times, reading coefficient arrays (per column and per
+    row, with `broadcast`)."""
     rng = random.Random(900 + i)
     states = [f"s{j}" for j in range(carried)]
-    coeffs = [f"c{j}" for j in range(rng.randint(0, 2))]
-    params = [f"inout {s}: {dtype}[n]" for s in states] + [f"{c}: {dtype}[n]" for c in coeffs]
+    full, small = ("[rows, cols]", ["[cols]", "[rows, 1]"]) if broadcast else ("[n]", ["[n]", "[n]"])
+    coeffs = [f"c{j}" for j in range(2 if broadcast else rng.randint(0, 2))]
+    params = [f"inout {s}: {dtype}{full}" for s in states] + [f"{c}: {dtype}{small[j]}" for j, c in enumerate(coeffs)]
     params += ["dt: f32"] + (["k: i32"] if count == "k" else [])
     body = []
     for s in states:
@@ -280,6 +285,10 @@ def cases() -> list[Case]:
             (1, 1, 0.0, "100"), (2, 2, 0.0, "k"), (3, 2, 0.1, "k"), (4, 3, 0.0, "50"), (6, 2, 0.0, "k"),
             (2, 4, 0.3, "k"), (8, 2, 0.0, "k"), (5, 4, 0.1, "20"), (3, 6, 0.0, "k"), (1, 3, 0.5, "k")]):
         add("loop", loop(i, carried, depth, heavy, count=count), max_regs=255)
+    add("loop", loop(10, 3, 3, 0.1, count="k", broadcast=True), max_regs=255)
+    add("loop", loop(11, 12, 2, 0.0, count="k"), max_regs=255)
+    add("loop", loop(12, 4, 3, 0.2, "bf16", count="k"), max_regs=255)
+    add("loop", loop(13, 3, 3, 0.2, "f64", count="10"), max_regs=255)
     for path in PROGRAMS:
         for name in re.findall(r"^pipeline (\w+)\(", path.read_text(), re.M):
             add("example", path.read_text(), pipeline=name, name=f"ex_{path.stem}_{name}")
@@ -393,3 +402,33 @@ def measure(modules: list[str], jobs: int | None = None) -> dict[str, Usage]:
         for part in results:
             usage.update(part)
     return usage
+
+
+# ---------------------------------------------------------------- figures
+
+def within(estimate: int, real: int) -> bool:
+    """The calibration's bound: within max(4, 20 %) of ptxas."""
+    return abs(estimate - real) <= max(4, 0.2 * real)
+
+
+def far_under(estimate: int, real: int) -> bool:
+    """More than 25 % under ptxas where ptxas uses 48 registers or more (near the budget)."""
+    return real >= 48 and estimate < 0.75 * real
+
+
+def summary(rows: list[tuple[str, int, int]]) -> str:
+    """A markdown row per group: (group, estimate, real) -> count, median
+    estimate/real, worst under and worst over (%), share within the bound."""
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for group, estimate, real in rows:
+        groups.setdefault(group, []).append((estimate, real))
+        groups.setdefault("all", []).append((estimate, real))
+    lines = ["| group | functions | median est/real | worst under | worst over | within max(4, 20 %) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for group, pairs in sorted(groups.items(), key=lambda kv: (kv[0] == "all", kv[0])):
+        ratios = sorted(e / r for e, r in pairs)
+        median = statistics.median(ratios)
+        share = sum(within(e, r) for e, r in pairs) / len(pairs)
+        lines.append(f"| {group} | {len(pairs)} | {median:.2f} | {100 * (ratios[0] - 1):+.0f} % | "
+                     f"{100 * (ratios[-1] - 1):+.0f} % | {100 * share:.1f} % |")
+    return "\n".join(lines)

@@ -1,5 +1,7 @@
 """The nvcc tier: every emitted module compiles for sm_90, no kernel spills,
-and the register estimate is within max(4, 25 %) of what ptxas reports."""
+and the one-element variant's register estimate is within max(4, 25 %) of what
+ptxas reports. Every variant's estimate (fusec.passes.regs, per VariantShape)
+is held to ptxas over a larger corpus in test_estimate_nvcc.py."""
 import re
 import subprocess
 
@@ -69,8 +71,8 @@ MULTI_TENSOR = multi_tensor_pipelines()
 
 @pytest.mark.parametrize("ident,compiled", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
 def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
-    """foreach's kernel (a vector loop and an element loop per work item) is not
-    estimated; it must not spill and must stay within the budget."""
+    """foreach's kernel (a vector loop and an element loop per work item) must
+    not spill (its estimate: test_estimate_nvcc.py)."""
     ((launch,),) = [compiled.interface.kernels]
     (variant,) = launch.variants
     regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant.name]
