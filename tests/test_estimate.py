@@ -6,7 +6,7 @@ import pytest
 from fusec.compiler import compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.passes.regs import VariantShape, estimate_kernel, estimate_registers, index_divisions
+from fusec.passes.regs import VariantShape, estimate_kernel, estimate_registers, index_divisions, lane_uniform_loads
 
 SCALAR = VariantShape()
 VECTOR4 = VariantShape(elements=4)
@@ -145,3 +145,15 @@ def test_without_a_variant_the_one_element_estimate_of_the_fusion_pass():
     k = kernel("pipeline p(x: f32[n], s: f32) -> (y: f32[n]) { y = exp(x * s) + 1.0; }")
     loads = {ins.attr: n for n, ins in enumerate(k.body.instrs) if ins.op == "load"}
     assert estimate_registers(k.body, [i for _, i in k.stores], {loads["s"]}, 1) == k.est_regs
+
+
+def test_a_variant_that_is_not_a_variant_shape_is_refused():
+    k = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }")
+    with pytest.raises(TypeError, match="variant must be a VariantShape"):
+        estimate_registers(k.body, [i for _, i in k.stores], set(), 1, variant=4)
+
+
+def test_an_operand_constant_along_every_dim_is_read_once_by_the_vector():
+    k = kernel("pipeline p(x: f32[n, m], u: f32[1, 1]) -> (y: f32[n, m]) { y = x * u; }")
+    (u,) = [a for a in k.loads if a.buffer == "u"]
+    assert not any(u.present) and lane_uniform_loads(k.loads) == [u]

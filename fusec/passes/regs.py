@@ -81,23 +81,23 @@ class VariantShape:
 # measurements; the values are the calibration's fit over the corpus of
 # tests/estimate_corpus.py (see the module's docstring).
 
-# The index (64-bit), its bound check and the first address. A copy kernel
-# (y = abs(x)) uses 10 registers: this, its stored address and its 2 values.
+# The index (64-bit), its bound check and the first address. y = abs(x) in
+# f32 uses 10 registers (estimated 9: this, its stored address, 2 values).
 BASE_REGS = 6
 # Each stored array's 64-bit address, formed where it is stored.
 STORE_ADDRESS_REGS = 1
 # The vector variant's scaled index, its whole-vector check and the scalar
-# tail's index: y = abs(x) uses 14 registers with 4 floats a thread.
+# tail's index: y = abs(x) uses 14 registers with 4 floats a thread (estimated 15).
 VECTOR_BASE_REGS = 3
 # Broadcast coordinates: a setup and each 64-bit division or remainder
 # (fz_quot, fz_rem: a 32-bit fast path and a 64-bit one, `index_divisions`).
-# 2-D kernels with one division use 16-20 registers, 3-D ones with three or
-# four 26-28, whatever their body.
+# Small 2-D f32 kernels with one or two use 16-20 registers, 3-D ones with
+# three or four 26-28.
 INDEX_SETUP_REGS = 1
 DIVISION_REGS = 4
 # A grid-stride loop carries the index, the stride and the bound (64-bit) and
 # strength-reduced pointers around the loop: y = abs(x) uses 20 registers in
-# this form against 10.
+# this form against 10 (estimated 18).
 GRID_STRIDE_REGS = 9
 # A loop kernel carries its iteration counter too, but fewer pointers: its
 # body's values take their place.
@@ -105,21 +105,23 @@ LOOP_REGS = 7
 # The multi-tensor form: the work item (set, start, vector end, end: 64-bit
 # each) and its loops' indices, and per array of the set its 64-bit pointer,
 # loaded for each work item (1.5: some are reloaded from the table instead).
+# y = abs(x) uses 32 registers in this form (estimated 26), the Adam example
+# (4 arrays) 53 (estimated 55).
 MULTI_TENSOR_BASE_REGS = 14
 MULTI_TENSOR_POINTER_REGS = 1.5
-# Registers per element of a vector of 1-byte elements: ptxas unpacks bytes
-# into 16-bit halves, so they count as 2-byte ones (fitted: i8, u8, bool).
+# Registers per element of a vector of 1-byte elements: they count as 2-byte
+# ones (fitted on the i8, u8 and bool kernels; ptxas extracts bytes in pairs).
 BYTE_LANE_REGS = 0.5
 # Scratch registers a math function's libdevice expansion (accurate math, no
 # fast math) keeps live while it runs: (one lane, each further lane of a vector).
 # Measured one function at a time, y = f(x) against y = abs(x), with 1 and 4
 # elements a thread in f32 (f16 and bf16 compute in f32), 1 and 2 in f64.
-# sin, cos and tan keep their Payne-Hanek reduction's words, but run one lane
-# at a time, like other expansions with a slow-path branch; branch-free
-# polynomials (erf, sinh, expm1; f64 exp2, atan, asin) run all lanes
-# interleaved. f64 sqrt, log and the like are software sequences where f32 has
-# a hardware approximation, and f64 constants take registers (no 64-bit
-# immediates), which the lanes share.
+# sin, cos and tan keep their Payne-Hanek reduction's words but run a lane at a
+# time, as pow and atan2 do (their slow paths branch); polynomial expansions
+# (erf, sinh, expm1, tanh; f64 exp2, atan, asin) are interleaved across the
+# lanes. f64 sqrt, log and the like are software sequences where f32 has a
+# hardware approximation, and f64 constants take registers (no 64-bit
+# immediates).
 SCRATCH_F32 = {
     "exp": (1, 0.67), "exp2": (0, 0.33), "expm1": (2, 3), "log": (1, 2.33), "log2": (1, 2.33), "log10": (1, 2.67),
     "log1p": (2, 2.67), "sqrt": (2, 0), "rsqrt": (0, 0.33), "cbrt": (2, 0.67), "sin": (12, 0), "cos": (12, 0),
@@ -165,6 +167,8 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[i
     Without `variant`: the one-element estimate the fusion pass used before
     variants were estimated (`loop` and `persistent` pick its form).
     """
+    if variant is not None and not isinstance(variant, VariantShape):
+        raise TypeError(f"estimate_registers: variant must be a VariantShape, not {type(variant).__name__}")
     if variant is None:
         return _one_element_estimate(body, stored, set(scalar_loads), array_loads, broadcast_loads, coordinates,
                                      loop, persistent)
@@ -205,6 +209,7 @@ def index_divisions(loads: Iterable[Access]) -> int:
     """The 64-bit divisions and remainders that compute the broadcast
     coordinates of a kernel reading `loads` (as codegen.emit does: from the
     innermost collapsed dim outward, as far as the outermost one needed)."""
+    loads = list(loads)
     needed = {j for a in loads if not a.contiguous and any(a.present) for j, p in enumerate(a.present) if p}
     if not needed:
         return 0
@@ -214,9 +219,9 @@ def index_divisions(loads: Iterable[Access]) -> int:
 
 
 def lane_uniform_loads(loads: Iterable[Access]) -> list[Access]:
-    """The loads the vector variant reads once for all its lanes: broadcast
-    along the innermost collapsed dim (and not along all of them)."""
-    return [a for a in loads if any(a.present) and not a.present[-1]]
+    """The loads the vector variant reads once for all its lanes: constant
+    along the innermost collapsed dim (as codegen.emit reads them)."""
+    return [a for a in loads if a.present and not a.present[-1]]
 
 
 def _registers(estimate: float) -> int:
