@@ -5,14 +5,17 @@ estimate of it.
 Families (`Case.family`): simple chains, wide (many inputs and outputs), deep
 (long chains), multi-output, transcendental-heavy, many-live-value (values
 used far from where they are computed), f16/bf16/f64 and integer pipelines,
-broadcasts (2-D and 3-D with per-column and per-row operands) and repeat
-loops. Each case is compiled in the forms it has: the one-element and the
-16-byte vector variant (plus narrower and wider vectors for some), the
-grid-stride form (`persistent=True`), the multi-tensor form (where foreach can
-run it), and the loop kernel of a `repeat` body.
+broadcasts (2-D and 3-D with per-column and per-row operands), repeat loops,
+and the examples and test programs. Each case is compiled (everything of one
+iteration space fused, or fusec's own decision under a cap of 64 registers)
+in the forms it has: the one-element and the vector variant (plus narrower
+and wider vectors for some), the grid-stride form (`persistent=True`), the
+multi-tensor form (where foreach can run it), and the loop kernel of a
+`repeat` body. Each function is estimated for its `VariantShape`
+(`regs.variant_shape` of its launch form).
 
-Generation is deterministic (a fixed seed per case), so the corpus is the
-same on every run; nothing is cached between runs.
+Generation is deterministic (a fixed seed per case); the partitions fusec
+decides follow its fusion pass. Nothing is cached between runs.
 """
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ from fusec.codegen.emit import emit_module
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.ir.kernels import Kernel, variant_names
-from fusec.passes.regs import VariantShape, estimate_kernel
+from fusec.ir.kernels import Kernel
+from fusec.ir.launch import Elementwise, GridStride, KernelLaunch, MultiTensor, RegisterLoop
+from fusec.passes.regs import VariantShape, estimate_kernel, variant_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 # The examples and the test programs: the kernels users write.
@@ -48,7 +52,7 @@ class Case:
     family: str
     name: str                  # unique in the corpus
     source: str                # .fz text
-    max_regs: int = 64         # the fusion budget: 255 fuses everything that shares an iteration space
+    fuse_all: bool = False     # one kernel per iteration space (fuse="all"), else the default decision under a cap of 64
     widths: tuple[int, ...] = ()  # extra vector widths to emit beside the one the planner picked
     pipeline: str = ""         # the pipeline of `source` to compile (default: `name`)
 
@@ -246,49 +250,49 @@ def cases() -> list[Case]:
             (4, 1, 0.0, 64), (6, 2, 0.1, 64), (8, 4, 0.1, 64), (8, 8, 0.0, 255), (12, 4, 0.3, 255),
             (12, 12, 0.0, 64), (12, 12, 0.3, 255), (16, 4, 0.0, 255), (16, 8, 0.2, 64), (16, 16, 0.1, 255),
             (24, 4, 0.0, 255), (24, 8, 0.2, 64), (6, 6, 0.5, 255), (10, 2, 0.0, 255), (20, 10, 0.1, 255)]):
-        add("wide", wide(i, n_in, n_out, heavy, terms=n_in if i % 3 == 0 else 4), max_regs=budget,
+        add("wide", wide(i, n_in, n_out, heavy, terms=n_in if i % 3 == 0 else 4), fuse_all=budget == 255,
             widths=(2,) if i % 4 == 1 else ())
     for i, (length, n_in, heavy, reach) in enumerate([
             (8, 1, 0.0, 1), (16, 1, 0.1, 2), (24, 2, 0.0, 4), (32, 1, 0.05, 2), (48, 2, 0.0, 3),
             (12, 3, 0.3, 6), (40, 1, 0.1, 8), (20, 2, 0.0, 12)]):
-        add("deep", deep(i, length, n_in, heavy, reach=reach), max_regs=255, widths=(2, 8) if i % 3 == 0 else ())
+        add("deep", deep(i, length, n_in, heavy, reach=reach), fuse_all=True, widths=(2, 8) if i % 3 == 0 else ())
     for i, (n_in, n_out, heavy) in enumerate([(1, 2, 0.0), (2, 4, 0.1), (3, 6, 0.0), (1, 8, 0.2), (2, 3, 0.5),
                                               (4, 8, 0.0)]):
-        add("multi-output", multi_output(i, n_in, n_out, heavy), max_regs=255, widths=(2,) if i % 2 else ())
+        add("multi-output", multi_output(i, n_in, n_out, heavy), fuse_all=True, widths=(2,) if i % 2 else ())
     for i, (length, n_in) in enumerate([(2, 1), (4, 1), (6, 2), (8, 1), (10, 2), (12, 1), (3, 3), (16, 2),
                                         (5, 1), (7, 2)]):
-        add("transcendental", transcendental(i, length, n_in), max_regs=255, widths=(2,) if i % 3 == 0 else ())
+        add("transcendental", transcendental(i, length, n_in), fuse_all=True, widths=(2,) if i % 3 == 0 else ())
     for i, (values, n_in, heavy) in enumerate([(4, 1, 0.0), (8, 2, 0.1), (12, 1, 0.0), (16, 3, 0.1),
                                                (24, 2, 0.0), (6, 2, 0.5), (20, 4, 0.05), (32, 2, 0.0)]):
-        add("many-live", live(i, values, n_in, heavy), max_regs=255)
+        add("many-live", live(i, values, n_in, heavy), fuse_all=True)
     for dtype in ("f16", "bf16", "f64"):
         offset = {"f16": 0, "bf16": 30, "f64": 60}[dtype]
         add(dtype, simple(offset, dtype))
         add(dtype, simple(offset + 1, dtype), widths=(2, 4) if dtype != "f64" else (1,))
-        add(dtype, wide(offset, 8, 4, 0.1, dtype, terms=4), max_regs=255)
-        add(dtype, wide(offset + 1, 12, 6, 0.0, dtype, terms=12), max_regs=255)
-        add(dtype, wide(offset + 2, 6, 2, 0.3, dtype), max_regs=255)
-        add(dtype, deep(offset, 16, 1, 0.1, dtype), max_regs=255)
-        add(dtype, deep(offset + 1, 32, 2, 0.0, dtype, reach=4), max_regs=255)
-        add(dtype, transcendental(offset, 6, 1, dtype), max_regs=255)
-        add(dtype, transcendental(offset + 1, 3, 2, dtype), max_regs=255)
-        add(dtype, multi_output(offset, 2, 4, 0.1, dtype), max_regs=255)
-        add(dtype, live(offset, 12, 2, 0.1, dtype), max_regs=255)
+        add(dtype, wide(offset, 8, 4, 0.1, dtype, terms=4), fuse_all=True)
+        add(dtype, wide(offset + 1, 12, 6, 0.0, dtype, terms=12), fuse_all=True)
+        add(dtype, wide(offset + 2, 6, 2, 0.3, dtype), fuse_all=True)
+        add(dtype, deep(offset, 16, 1, 0.1, dtype), fuse_all=True)
+        add(dtype, deep(offset + 1, 32, 2, 0.0, dtype, reach=4), fuse_all=True)
+        add(dtype, transcendental(offset, 6, 1, dtype), fuse_all=True)
+        add(dtype, transcendental(offset + 1, 3, 2, dtype), fuse_all=True)
+        add(dtype, multi_output(offset, 2, 4, 0.1, dtype), fuse_all=True)
+        add(dtype, live(offset, 12, 2, 0.1, dtype), fuse_all=True)
         add(dtype, broadcast(offset, dtype))
         add(dtype, broadcast(offset + 1, dtype))
         add(dtype, loop(offset, 2, 2, 0.0, dtype))
     for i in range(8):
         add("integer", integer(i))
     for i in range(12):
-        add("broadcast", broadcast(i, heavy=0.3 if i >= 6 else 0.1), max_regs=255)
+        add("broadcast", broadcast(i, heavy=0.3 if i >= 6 else 0.1), fuse_all=True)
     for i, (carried, depth, heavy, count) in enumerate([
             (1, 1, 0.0, "100"), (2, 2, 0.0, "k"), (3, 2, 0.1, "k"), (4, 3, 0.0, "50"), (6, 2, 0.0, "k"),
             (2, 4, 0.3, "k"), (8, 2, 0.0, "k"), (5, 4, 0.1, "20"), (3, 6, 0.0, "k"), (1, 3, 0.5, "k")]):
-        add("loop", loop(i, carried, depth, heavy, count=count), max_regs=255)
-    add("loop", loop(10, 3, 3, 0.1, count="k", broadcast=True), max_regs=255)
-    add("loop", loop(11, 12, 2, 0.0, count="k"), max_regs=255)
-    add("loop", loop(12, 4, 3, 0.2, "bf16", count="k"), max_regs=255)
-    add("loop", loop(13, 3, 3, 0.2, "f64", count="10"), max_regs=255)
+        add("loop", loop(i, carried, depth, heavy, count=count), fuse_all=True)
+    add("loop", loop(10, 3, 3, 0.1, count="k", broadcast=True), fuse_all=True)
+    add("loop", loop(11, 12, 2, 0.0, count="k"), fuse_all=True)
+    add("loop", loop(12, 4, 3, 0.2, "bf16", count="k"), fuse_all=True)
+    add("loop", loop(13, 3, 3, 0.2, "f64", count="10"), fuse_all=True)
     for path in PROGRAMS:
         for name in re.findall(r"^pipeline (\w+)\(", path.read_text(), re.M):
             add("example", path.read_text(), pipeline=name, name=f"ex_{path.stem}_{name}")
@@ -305,41 +309,45 @@ def compile_case(case: Case) -> list[tuple[str, list[Function]]]:
         name = f"{case.name}_{form[0]}"
         source = case.source.replace(f"pipeline {case.pipeline or case.name}(", f"pipeline {name}(")
         program = check_source(Source(f"{name}.fz", source))
-        options = CompileOptions(max_regs=case.max_regs, persistent=form == "persistent",
-                                 multi_tensor=form == "multi-tensor")
+        options = CompileOptions(fuse="all" if case.fuse_all else "auto", max_regs=None if case.fuse_all else 64,
+                                 persistent=form == "persistent", multi_tensor=form == "multi-tensor")
         try:
             compiled = compile_pipeline(program, name, options)
         except ValueError:  # foreach cannot run this pipeline
             continue
-        plan = compiled.plan
+        interface = compiled.interface
         if form == "fused" and case.widths:
-            # The same kernels with other vector widths: a kernel per width, renamed.
-            extra = [replace(k, name=f"{k.name}_w{w}", vector=w) for k in plan.kernels if not k.persistent
-                     for w in case.widths if w != k.vector]
-            plan = replace(plan, kernels=plan.kernels + tuple(extra))
-            cuda = emit_module(plan, program.source.name)
+            interface = replace(interface, kernels=tuple(_with_widths(k, case.widths) for k in interface.kernels))
+            cuda = emit_module(interface, program.source.name)
         else:
             cuda = compiled.cuda
         # A loop kernel is the same in the persistent form: counted once.
-        kernels = [k for k in plan.kernels if form != "persistent" or k.count is None]
-        modules.append((cuda, [f for k in kernels for f in functions(case.family, form, k)]))
+        launches = [k for k in interface.kernels if form != "persistent" or not isinstance(k.form, RegisterLoop)]
+        modules.append((cuda, [f for k in launches for f in functions(case.family, k)]))
     return modules
 
 
-def functions(family: str, form: str, kernel: Kernel) -> list[Function]:
+def _with_widths(launch: KernelLaunch, widths: tuple[int, ...]) -> KernelLaunch:
+    """An elementwise kernel with vector variants of other widths beside its own."""
+    if not isinstance(launch.form, Elementwise):
+        return launch
+    template = launch.variants[0]
+    have = {v.elements_per_thread for v in launch.variants}
+    extra = tuple(replace(template, name=f"{launch.kernel.name}_w{w}", elements_per_thread=w)
+                  for w in widths if w not in have)
+    return replace(launch, variants=launch.variants + extra)
+
+
+FORM_NAMES = {Elementwise: "vector", GridStride: "grid-stride", RegisterLoop: "loop", MultiTensor: "multi-tensor"}
+
+
+def functions(family: str, launch: KernelLaunch) -> list[Function]:
     """The emitted functions of one kernel, each with the variant it is and its estimate."""
-    scalar, vector = variant_names(kernel)
-    if kernel.multi_tensor:
-        shape = VariantShape(elements=kernel.vector, multi_tensor=True)
-        return [Function(family, "multi-tensor", scalar, kernel, shape, estimate_kernel(kernel, shape))]
-    if kernel.persistent:
-        shape = VariantShape(grid_stride=True, loop=kernel.count is not None)
-        kind = "loop" if kernel.count is not None else "grid-stride"
-        return [Function(family, kind, scalar, kernel, shape, estimate_kernel(kernel, shape))]
-    out = [Function(family, "scalar", scalar, kernel, VariantShape(), estimate_kernel(kernel, VariantShape()))]
-    if kernel.vector > 1:
-        shape = VariantShape(elements=kernel.vector)
-        out.append(Function(family, "vector", vector, kernel, shape, estimate_kernel(kernel, shape)))
+    out = []
+    for variant in launch.variants:
+        shape = variant_shape(launch.form, variant.elements_per_thread)
+        form = "scalar" if shape == VariantShape() else FORM_NAMES[type(launch.form)]
+        out.append(Function(family, form, variant.name, launch.kernel, shape, estimate_kernel(launch.kernel, shape)))
     return out
 
 

@@ -3,23 +3,35 @@ mechanisms it models, each against the kernel that shows it. Its agreement
 with ptxas is the nvcc tier's (test_estimate_nvcc.py)."""
 import pytest
 
-from fusec.compiler import compile_pipeline
+from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.passes.regs import VariantShape, estimate_kernel, estimate_registers, index_divisions, lane_uniform_loads
+from fusec.ir.launch import Elementwise, GridStride, MultiTensor, RegisterLoop
+from fusec.passes.regs import (
+    VariantShape,
+    estimate_kernel,
+    estimate_registers,
+    index_divisions,
+    lane_uniform_loads,
+    variant_shape,
+)
 
 SCALAR = VariantShape()
 VECTOR4 = VariantShape(elements=4)
 
 
-def kernels(source: str, name: str = "p"):
-    program = check_source(Source("t.fz", source))
-    return compile_pipeline(program, name)
+def compiled(source: str, name: str = "p"):
+    """Everything of one iteration space fused into one kernel."""
+    return compile_pipeline(check_source(Source("t.fz", source)), name, CompileOptions(fuse="all"))
+
+
+def launch(source: str, name: str = "p"):
+    (k,) = compiled(source, name).interface.kernels
+    return k
 
 
 def kernel(source: str, name: str = "p"):
-    (k,) = kernels(source, name).plan.kernels
-    return k
+    return launch(source, name).kernel
 
 
 @pytest.mark.parametrize("kwargs,word", [
@@ -43,9 +55,9 @@ def test_variant_shape_rejects_forms_that_do_not_exist(kwargs, word):
     ("[a, b, c]", "u: f32[a, 1, 1]", "x + u"),
 ])
 def test_index_divisions_are_those_the_emitted_code_performs(shape, operands, expr):
-    compiled = kernels(f"pipeline p(x: f32{shape}, {operands}) -> (y: f32{shape}) {{ y = {expr}; }}")
-    (k,) = compiled.plan.kernels
-    first_function = compiled.cuda.split('extern "C"')[1]
+    module = compiled(f"pipeline p(x: f32{shape}, {operands}) -> (y: f32{shape}) {{ y = {expr}; }}")
+    (k,) = [launch.kernel for launch in module.interface.kernels]
+    first_function = module.cuda.split('extern "C"')[1]
     assert index_divisions(k.loads) == first_function.count("fz_quot(") + first_function.count("fz_rem(") > 0
 
 
@@ -111,9 +123,10 @@ def test_math_functions_keep_scratch_registers():
 
 
 def test_a_loop_kernel_holds_what_every_iteration_reads():
-    k = kernel("pipeline p(inout s: f32[n], c: f32[n], d: f32[n], k: i32) "
-               "{ repeat k { s = sin(s * c + d) * s; } }")
-    assert k.count == "k"
+    looped = launch("pipeline p(inout s: f32[n], c: f32[n], d: f32[n], k: i32) "
+                    "{ repeat k { s = sin(s * c + d) * s; } }")
+    assert isinstance(looped.form, RegisterLoop)
+    k = looped.kernel
     loop = VariantShape(grid_stride=True, loop=True)
     loads = {ins.attr: n for n, ins in enumerate(k.body.instrs) if ins.op == "load"}
     stored = [i for _, i in k.stores] + [e for _, e in k.carried]
@@ -141,12 +154,6 @@ def test_the_multi_tensor_form_holds_a_pointer_per_array():
     assert grows >= 10  # 10 more arrays, a 64-bit pointer each (some reloaded)
 
 
-def test_without_a_variant_the_one_element_estimate_of_the_fusion_pass():
-    k = kernel("pipeline p(x: f32[n], s: f32) -> (y: f32[n]) { y = exp(x * s) + 1.0; }")
-    loads = {ins.attr: n for n, ins in enumerate(k.body.instrs) if ins.op == "load"}
-    assert estimate_registers(k.body, [i for _, i in k.stores], {loads["s"]}, 1) == k.est_regs
-
-
 def test_a_variant_that_is_not_a_variant_shape_is_refused():
     k = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }")
     with pytest.raises(TypeError, match="variant must be a VariantShape"):
@@ -157,3 +164,13 @@ def test_an_operand_constant_along_every_dim_is_read_once_by_the_vector():
     k = kernel("pipeline p(x: f32[n, m], u: f32[1, 1]) -> (y: f32[n, m]) { y = x * u; }")
     (u,) = [a for a in k.loads if a.buffer == "u"]
     assert not any(u.present) and lane_uniform_loads(k.loads) == [u]
+
+
+def test_each_launch_form_has_its_variant_shape():
+    assert variant_shape(Elementwise(), 1) == VariantShape()
+    assert variant_shape(Elementwise(), 8) == VariantShape(elements=8)
+    assert variant_shape(GridStride(), 1) == VariantShape(grid_stride=True)
+    assert variant_shape(RegisterLoop(count=3), 1) == VariantShape(grid_stride=True, loop=True)
+    assert variant_shape(MultiTensor(chunk=8192), 4) == VariantShape(elements=4, multi_tensor=True)
+    with pytest.raises(NotImplementedError):
+        variant_shape(object(), 1)

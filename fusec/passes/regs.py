@@ -42,6 +42,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from fusec.ir.kernels import Access, Kernel
+from fusec.ir.launch import Elementwise, Form, GridStride, MultiTensor, RegisterLoop, unhandled
 from fusec.ir.program import Body, Instr
 
 
@@ -74,6 +75,22 @@ class VariantShape:
             raise ValueError("VariantShape.multi_tensor excludes grid_stride and loop (it has its own loops)")
         if self.elements > 1 and self.grid_stride:
             raise ValueError("VariantShape: a grid-stride or loop variant moves one element per thread")
+
+
+def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
+    """The shape of a variant of a kernel launched in `form` (ir.launch) that
+    takes `elements_per_thread` elements a thread."""
+    match form:
+        case Elementwise():
+            return VariantShape(elements=elements_per_thread)
+        case GridStride():
+            return VariantShape(grid_stride=True)
+        case RegisterLoop():
+            return VariantShape(grid_stride=True, loop=True)
+        case MultiTensor():
+            return VariantShape(elements=elements_per_thread, multi_tensor=True)
+        case _:
+            unhandled(form)
 
 
 # ---------------------------------------------------------------------------
