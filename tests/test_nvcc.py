@@ -1,5 +1,7 @@
-"""The nvcc tier: every emitted module compiles for sm_90, no kernel spills,
-and the register estimate is within max(4, 25 %) of what ptxas reports."""
+"""The nvcc tier: every emitted module compiles for sm_90 and no kernel
+spills. The register estimate of every variant (fusec.passes.regs, per
+VariantShape) is held to ptxas in test_estimate_nvcc.py, over a corpus that
+holds these programs in every form."""
 import re
 import subprocess
 
@@ -7,7 +9,6 @@ import pytest
 from helpers import pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.ir.launch import RegisterLoop
 
 pytestmark = pytest.mark.nvcc
 PIPELINES = pipelines()
@@ -33,7 +34,7 @@ def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
-def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, name, form):
+def test_compiles_without_spills(tmp_path, ident, program, name, form):
     compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
     interface = compiled.interface
     usage = ptxas_usage(compiled.cuda, tmp_path)
@@ -42,15 +43,6 @@ def test_compiles_without_spills_and_estimate_holds(tmp_path, ident, program, na
         for variant in launch.variants:
             regs, spills = usage[variant.name]
             assert spills == 0, f"{variant.name} spills {spills} bytes"
-        if form == "persistent" and not isinstance(launch.form, RegisterLoop):
-            # The grid-stride form of a plain kernel (fusec compile --persistent) is for
-            # reading and comparison; its estimate is not held to the bound.
-            continue
-        # The one-element-per-thread variant (the last, needing nothing of the arrays).
-        variant = launch.variants[-1]
-        regs, _ = usage[variant.name]
-        assert abs(variant.est_regs - regs) <= max(4, 0.25 * regs), \
-            f"{variant.name}: estimated {variant.est_regs} registers, ptxas used {regs}"
 
 
 def multi_tensor_pipelines():
@@ -69,8 +61,8 @@ MULTI_TENSOR = multi_tensor_pipelines()
 
 @pytest.mark.parametrize("ident,compiled", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
 def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
-    """foreach's kernel (a vector loop and an element loop per work item) is not
-    estimated; it must not spill and must stay within the budget."""
+    """foreach's kernel (a vector loop and an element loop per work item) must
+    not spill (its estimate: test_estimate_nvcc.py)."""
     ((launch,),) = [compiled.interface.kernels]
     (variant,) = launch.variants
     regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant.name]

@@ -1,0 +1,176 @@
+"""The register estimate per variant (fusec.passes.regs), on its own: the
+mechanisms it models, each against the kernel that shows it. Its agreement
+with ptxas is the nvcc tier's (test_estimate_nvcc.py)."""
+import pytest
+
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.errors import Source
+from fusec.frontend import check_source
+from fusec.ir.launch import Elementwise, GridStride, MultiTensor, RegisterLoop
+from fusec.passes.regs import (
+    VariantShape,
+    estimate_kernel,
+    estimate_registers,
+    index_divisions,
+    lane_uniform_loads,
+    variant_shape,
+)
+
+SCALAR = VariantShape()
+VECTOR4 = VariantShape(elements=4)
+
+
+def compiled(source: str, name: str = "p"):
+    """Everything of one iteration space fused into one kernel."""
+    return compile_pipeline(check_source(Source("t.fz", source)), name, CompileOptions(fuse="all"))
+
+
+def launch(source: str, name: str = "p"):
+    (k,) = compiled(source, name).interface.kernels
+    return k
+
+
+def kernel(source: str, name: str = "p"):
+    return launch(source, name).kernel
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    ({"elements": 3}, "elements"),
+    ({"loop": True}, "grid_stride"),
+    ({"multi_tensor": True, "grid_stride": True}, "multi_tensor"),
+    ({"elements": 4, "grid_stride": True}, "one element"),
+])
+def test_variant_shape_rejects_forms_that_do_not_exist(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        VariantShape(**kwargs)
+
+
+@pytest.mark.parametrize("shape,operands,expr", [
+    ("[rows, cols]", "b: f32[cols]", "x + b"),
+    ("[rows, cols]", "r: f32[rows, 1]", "x * r"),
+    ("[rows, cols]", "b: f32[cols], r: f32[rows, 1]", "x * r + b"),
+    ("[a, b, c]", "t: f32[b, 1]", "x - t"),
+    ("[a, b, c]", "s: f32[c]", "x * s"),
+    ("[a, b, c]", "r: f32[a, 1, c], s: f32[c], t: f32[a, b, 1]", "x * r + s - t"),
+    ("[a, b, c]", "u: f32[a, 1, 1]", "x + u"),
+])
+def test_index_divisions_are_those_the_emitted_code_performs(shape, operands, expr):
+    module = compiled(f"pipeline p(x: f32{shape}, {operands}) -> (y: f32{shape}) {{ y = {expr}; }}")
+    (k,) = [launch.kernel for launch in module.interface.kernels]
+    first_function = module.cuda.split('extern "C"')[1]
+    assert index_divisions(k.loads) == first_function.count("fz_quot(") + first_function.count("fz_rem(") > 0
+
+
+def test_contiguous_kernels_need_no_division():
+    assert index_divisions(kernel("pipeline p(x: f32[n, m]) -> (y: f32[n, m]) { y = x * 2.0; }").loads) == 0
+
+
+def wide(dtype: str, inputs: int = 6) -> str:
+    names = [f"x{j}" for j in range(inputs)]
+    return (f"pipeline p({', '.join(f'{x}: {dtype}[n]' for x in names)}) -> (y: {dtype}[n]) "
+            f"{{ y = {' * '.join(names)}; }}")
+
+
+def test_a_vector_of_two_byte_elements_holds_half_the_registers():
+    f32, f16 = kernel(wide("f32")), kernel(wide("f16"))
+    variant = VariantShape(elements=8)
+    # 6 vectors of 8 elements: 48 registers of f32, 24 of f16
+    assert estimate_kernel(f32, variant) - estimate_kernel(f16, variant) >= 20
+    assert estimate_kernel(f32, SCALAR) == estimate_kernel(f16, SCALAR)  # one element: a register each
+
+
+def test_f64_values_take_two_registers():
+    f32, f64 = kernel(wide("f32")), kernel(wide("f64"))
+    assert estimate_kernel(f64, SCALAR) - estimate_kernel(f32, SCALAR) >= 6
+    assert estimate_kernel(f64, VariantShape(elements=2)) - estimate_kernel(f32, VariantShape(elements=2)) >= 12
+
+
+def test_more_lanes_hold_more_registers():
+    k = kernel(wide("f32"))
+    estimates = [estimate_kernel(k, VariantShape(elements=e)) for e in (1, 2, 4, 8, 16)]
+    assert estimates == sorted(estimates) and estimates[-1] - estimates[0] >= 60
+
+
+def test_a_lane_uniform_operand_is_held_once_for_all_lanes():
+    k = kernel("pipeline p(x: f32[rows, cols], r: f32[rows, 1]) -> (y: f32[rows, cols]) "
+               "{ y = x * r + r * r * 0.5 + r; }")
+    loads = {ins.attr: n for n, ins in enumerate(k.body.instrs) if ins.op == "load"}
+    args = (k.body, [i for _, i in k.stores], set(), 2, 1, index_divisions(k.loads))
+    held_once = estimate_registers(*args, variant=VariantShape(elements=8), lane_uniform={loads["r"]})
+    per_lane = estimate_registers(*args, variant=VariantShape(elements=8))
+    assert held_once < per_lane
+    assert estimate_kernel(k, VariantShape(elements=8)) == held_once
+
+
+def test_a_value_is_counted_from_where_it_is_needed_not_where_it_is_written():
+    early = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) "
+                   "{ a = x * 2.0; b = x * 3.0; c = x * 4.0; d = x * 5.0; y = ((d * x + c) * x + b) * x + a; }")
+    late = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) "
+                  "{ d = x * 5.0; c = x * 4.0; b = x * 3.0; a = x * 2.0; y = ((d * x + c) * x + b) * x + a; }")
+    for variant in (SCALAR, VECTOR4):
+        assert estimate_kernel(early, variant) == estimate_kernel(late, variant)
+
+
+def test_math_functions_keep_scratch_registers():
+    def estimate(fn: str, dtype: str, variant: VariantShape) -> int:
+        return estimate_kernel(kernel(f"pipeline p(x: {dtype}[n]) -> (y: {dtype}[n]) {{ y = {fn}(x); }}"), variant)
+    for variant in (SCALAR, VariantShape(elements=2)):
+        assert estimate("sin", "f32", variant) > estimate("abs", "f32", variant) + 8
+        assert estimate("sin", "f64", variant) > estimate("sin", "f32", variant) + 4
+    # a branch-free expansion runs the lanes interleaved, sin one lane at a time
+    assert estimate("erf", "f32", VECTOR4) - estimate("erf", "f32", SCALAR) > \
+        estimate("sin", "f32", VECTOR4) - estimate("sin", "f32", SCALAR)
+
+
+def test_a_loop_kernel_holds_what_every_iteration_reads():
+    looped = launch("pipeline p(inout s: f32[n], c: f32[n], d: f32[n], k: i32) "
+                    "{ repeat k { s = sin(s * c + d) * s; } }")
+    assert isinstance(looped.form, RegisterLoop)
+    k = looped.kernel
+    loop = VariantShape(grid_stride=True, loop=True)
+    loads = {ins.attr: n for n, ins in enumerate(k.body.instrs) if ins.op == "load"}
+    stored = [i for _, i in k.stores] + [e for _, e in k.carried]
+    args = (k.body, stored, set(), 3)
+    # c and d are read by every iteration: held for the whole loop, where
+    # s is replaced by each iteration's value.
+    carried_s = estimate_registers(*args, variant=loop, carried={loads["s.loop0"]})
+    all_replaced = estimate_registers(*args, variant=loop, carried=set(loads.values()))
+    assert carried_s == all_replaced + 2
+    assert estimate_kernel(k, loop) == carried_s
+
+
+def test_a_stored_copy_is_estimated_in_every_form():
+    k = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }")
+    forms = [SCALAR, VECTOR4, VariantShape(grid_stride=True), VariantShape(elements=4, multi_tensor=True)]
+    estimates = [estimate_kernel(k, v) for v in forms]
+    assert estimates[0] < estimates[1] and estimates[0] < estimates[2] < estimates[3]
+
+
+def test_the_multi_tensor_form_holds_a_pointer_per_array():
+    few, many = kernel(wide("f32", 2)), kernel(wide("f32", 12))
+    mt = VariantShape(elements=4, multi_tensor=True)
+    grows = (estimate_kernel(many, mt) - estimate_kernel(many, VECTOR4)) - \
+        (estimate_kernel(few, mt) - estimate_kernel(few, VECTOR4))
+    assert grows >= 10  # 10 more arrays, a 64-bit pointer each (some reloaded)
+
+
+def test_a_variant_that_is_not_a_variant_shape_is_refused():
+    k = kernel("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }")
+    with pytest.raises(TypeError, match="variant must be a VariantShape"):
+        estimate_registers(k.body, [i for _, i in k.stores], set(), 1, variant=4)
+
+
+def test_an_operand_constant_along_every_dim_is_read_once_by_the_vector():
+    k = kernel("pipeline p(x: f32[n, m], u: f32[1, 1]) -> (y: f32[n, m]) { y = x * u; }")
+    (u,) = [a for a in k.loads if a.buffer == "u"]
+    assert not any(u.present) and lane_uniform_loads(k.loads) == [u]
+
+
+def test_each_launch_form_has_its_variant_shape():
+    assert variant_shape(Elementwise(), 1) == VariantShape()
+    assert variant_shape(Elementwise(), 8) == VariantShape(elements=8)
+    assert variant_shape(GridStride(), 1) == VariantShape(grid_stride=True)
+    assert variant_shape(RegisterLoop(count=3), 1) == VariantShape(grid_stride=True, loop=True)
+    assert variant_shape(MultiTensor(chunk=8192), 4) == VariantShape(elements=4, multi_tensor=True)
+    with pytest.raises(NotImplementedError):
+        variant_shape(object(), 1)

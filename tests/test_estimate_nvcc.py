@@ -1,0 +1,105 @@
+"""The nvcc tier of the register estimate: every function of the generated
+corpus (tests/estimate_corpus.py: wide, deep, multi-output,
+transcendental-heavy, many-live-value, f16/bf16/f64, integer, broadcast and
+repeat pipelines, and the examples, each in every form it has) compiled with
+`nvcc -cubin -arch=sm_90 -O3 -Xptxas -v`, against fusec's estimate of it
+(fusec.passes.regs, per variant)."""
+import collections
+
+import pytest
+from estimate_corpus import cases, compile_case, far_under, measure, summary, within
+
+pytestmark = pytest.mark.nvcc
+
+FORMS = {"scalar", "vector", "grid-stride", "loop", "multi-tensor"}
+FAMILIES = {"simple", "wide", "deep", "multi-output", "transcendental", "many-live", "f16", "bf16", "f64", "integer",
+            "broadcast", "loop", "example"}
+# Functions where ptxas uses far more registers than the estimate says, for
+# reasons the estimate does not model: f64 math in a loop or across the lanes
+# of a vector, where ptxas sometimes keeps the expansions' 64-bit constants in
+# registers for the whole loop (and sometimes does not: exp alone in a loop
+# takes 44 registers, exp and erf together 26). Listed so that the bound below
+# holds for everything else, and checked to still be outliers.
+OUTLIERS = {
+    "trans61_f64_f_k0_v2": "acos -> erf -> sqrt in f64: 52 registers; acos -> erf alone, 28",
+    "trans61_f64_m_k0_mt": "the same in the multi-tensor form: 120",
+    "loop13_f64_f_k0": "three f64 values iterated 10 times through exp and f64 constants: 53",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """(functions, ptxas usage by function name); nothing is kept between runs."""
+    modules, functions = [], []
+    for case in cases():
+        for cuda, found in compile_case(case):
+            modules.append(cuda)
+            functions += found
+    return functions, measure(modules)
+
+
+def test_corpus_covers_every_family_and_form(corpus):
+    functions, usage = corpus
+    assert {f.family for f in functions} == FAMILIES
+    assert {f.form for f in functions} == FORMS
+    kernels = {(f.family, f.kernel.name) for f in functions}
+    assert len(kernels) >= 100
+    for form in FORMS:
+        assert sum(f.form == form for f in functions) >= 15, form
+    assert {f.name for f in functions} <= set(usage)
+
+
+def test_no_function_spills(corpus):
+    """A spilling function's register count is capped, not needed: it would say nothing of the estimate."""
+    functions, usage = corpus
+    spilling = [(f.name, usage[f.name].spill_bytes) for f in functions if usage[f.name].spill_bytes]
+    assert not spilling
+
+
+def test_estimate_within_bound_for_nine_in_ten(corpus):
+    functions, usage = corpus
+    results = [(f, usage[f.name].registers) for f in functions]
+    share = sum(within(f.estimate, real) for f, real in results) / len(results)
+    print("\nregister estimate against ptxas (sm_90), per form:")
+    print(summary([(f.form, f.estimate, real) for f, real in results]))
+    print("per family:")
+    print(summary([(f.family, f.estimate, real) for f, real in results]))
+    assert share >= 0.9, f"{100 * share:.1f} % of {len(results)} functions within max(4, 20 %)"
+    for form in FORMS:  # and no form far behind
+        form_results = [(f, real) for f, real in results if f.form == form]
+        assert sum(within(f.estimate, real) for f, real in form_results) / len(form_results) >= 0.8, form
+
+
+def test_estimate_never_far_under_near_the_budget(corpus):
+    functions, usage = corpus
+    under = [(f.name, f.estimate, usage[f.name].registers) for f in functions
+             if f.name not in OUTLIERS and far_under(f.estimate, usage[f.name].registers)]
+    assert not under, under
+
+
+def test_outliers_are_still_outliers(corpus):
+    """The exceptions above stay exactly as many as ptxas makes."""
+    functions, usage = corpus
+    by_name = {f.name: f for f in functions}
+    assert set(OUTLIERS) <= set(by_name)
+    assert all(far_under(by_name[n].estimate, usage[n].registers) for n in OUTLIERS)
+
+
+def test_examples_vector_variants_within_bound(corpus):
+    """The 16-byte variant of every example kernel, the kernel that usually runs."""
+    functions, usage = corpus
+    vectors = [f for f in functions if f.family == "example" and f.form == "vector"]
+    assert len(vectors) >= 15
+    assert [(f.name, f.estimate, usage[f.name].registers) for f in vectors
+            if not within(f.estimate, usage[f.name].registers)] == []
+
+
+def test_estimates_by_form_differ_where_ptxas_does(corpus):
+    """The variants of one kernel are estimated apart: the vector variant above the scalar one."""
+    functions, usage = corpus
+    by_kernel = collections.defaultdict(dict)
+    for f in functions:
+        by_kernel[f.kernel.name][f.form] = f
+    pairs = [(k["scalar"], k["vector"]) for k in by_kernel.values() if "scalar" in k and "vector" in k]
+    assert len(pairs) >= 100
+    assert all(v.estimate > s.estimate for s, v in pairs if usage[v.name].registers > usage[s.name].registers + 4)
