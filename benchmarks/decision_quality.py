@@ -205,9 +205,9 @@ def main() -> None:
         report(name, dtype, entries, passes)
         results.append({"pipeline": name, "dtype": dtype, "candidates": entries})
         print(f"  [{time.perf_counter() - started:.0f} s]", flush=True)
-    if "--json" in sys.argv:
-        with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
-            json.dump(results, f)
+        if "--json" in sys.argv:  # after every pipeline: a run cut short keeps what it measured
+            with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
+                json.dump(results, f)
     if not calibrate:
         summary(results)
 

@@ -316,8 +316,11 @@ def compile_case(case: Case) -> list[tuple[str, list[Function]]]:
         except ValueError:  # foreach cannot run this pipeline
             continue
         interface = compiled.interface
-        if form == "fused" and case.widths:
-            interface = replace(interface, kernels=tuple(_with_widths(k, case.widths) for k in interface.kernels))
+        if form == "fused":
+            # Every width asked for, and the widest vector where the cost model chose a
+            # narrower one: the corpus holds the same functions whatever the model decides.
+            interface = replace(interface, kernels=tuple(_with_widths(k, case.widths + (_widest(k),))
+                                                         for k in interface.kernels))
             cuda = emit_module(interface, program.source.name)
         else:
             cuda = compiled.cuda
@@ -327,6 +330,12 @@ def compile_case(case: Case) -> list[tuple[str, list[Function]]]:
     return modules
 
 
+def _widest(launch: KernelLaunch) -> int:
+    """The vector width fusec's rule gives a kernel (1: none)."""
+    from fusec.passes.variants import kernel_registers, vector_width
+    return vector_width(launch.kernel, kernel_registers(launch.kernel))
+
+
 def _with_widths(launch: KernelLaunch, widths: tuple[int, ...]) -> KernelLaunch:
     """An elementwise kernel with vector variants of other widths beside its own."""
     if not isinstance(launch.form, Elementwise):
@@ -334,7 +343,7 @@ def _with_widths(launch: KernelLaunch, widths: tuple[int, ...]) -> KernelLaunch:
     template = launch.variants[0]
     have = {v.elements_per_thread for v in launch.variants}
     extra = tuple(replace(template, name=f"{launch.kernel.name}_w{w}", elements_per_thread=w)
-                  for w in widths if w not in have)
+                  for w in dict.fromkeys(widths) if w not in have and w > 1)
     return replace(launch, variants=launch.variants + extra)
 
 

@@ -21,7 +21,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
-from fusec.passes.regs import estimate_registers
+from fusec.passes.regs import estimate_kernel, variant_shape
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -36,23 +36,10 @@ VECTOR_BYTES = 16
 WIDE_VECTOR_REGS = 16
 
 
-def kernel_registers(kernel: Kernel, *, grid_stride: bool = False, elements_per_thread: int = 1) -> int:
-    """The register estimate of `kernel`'s code in one form: one element (or one
-    vector of `elements_per_thread`) per thread, in a grid-stride loop or not; a
-    kernel with carried values iterates its body in registers."""
-    instrs = kernel.body.instrs
-    live_to_end = [i for _, i in kernel.stores] + [exit_value for _, exit_value in kernel.carried]
-    scalar_loads = {i for i, ins in enumerate(instrs) if ins.op == "load" and ins.attr in kernel.scalars}
-    broadcast = [a for a in kernel.loads if a.broadcast]
-    coordinates = len({j for a in broadcast for j, present in enumerate(a.present) if present})
-    loop = bool(kernel.carried)
-    regs = estimate_registers(kernel.body, live_to_end, scalar_loads, len(kernel.loads), len(broadcast), coordinates,
-                              loop=loop, persistent=grid_stride and not loop)
-    if elements_per_thread > 1:
-        # Each further lane keeps one more element of every array it moves as a vector.
-        lane = sum(a.type.regs for a in kernel.accesses if a.contiguous or a.present[-1])
-        regs += (elements_per_thread - 1) * lane
-    return regs
+def kernel_registers(kernel: Kernel, form: Form = Elementwise(), elements_per_thread: int = 1) -> int:
+    """The register estimate of `kernel`'s code in `form` with `elements_per_thread`
+    (passes.regs: calibrated against ptxas per variant)."""
+    return estimate_kernel(kernel, variant_shape(form, elements_per_thread))
 
 
 def vector_width(kernel: Kernel, scalar_regs: int) -> int:
@@ -79,20 +66,18 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             scalar_regs = kernel_registers(kernel)
             scalar = Variant(name, 1, ElementGrid(), scalar_regs)
             widest = vector_width(kernel, scalar_regs)
-            options = [Variant(f"{name}_v{w}", w, ElementGrid(), kernel_registers(kernel, elements_per_thread=w),
+            options = [Variant(f"{name}_v{w}", w, ElementGrid(), kernel_registers(kernel, form, w),
                                _alignment(kernel, w, slot_of), whole_rows=kernel.needs_coordinates)
                        for w in _widths(widest)]
             if costs is not None and options:
                 options = [_narrowest_needed(kernel, options + [scalar], costs)]
                 options = [v for v in options if v is not scalar]
             return (*options[:1], scalar)
-        case GridStride():
-            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, grid_stride=True)),)
-        case RegisterLoop():
-            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, grid_stride=True)),)
+        case GridStride() | RegisterLoop():
+            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, form)),)
         case MultiTensor():
             width = vector_width(kernel, kernel_registers(kernel))
-            regs = kernel_registers(kernel, grid_stride=True, elements_per_thread=width)
+            regs = kernel_registers(kernel, form, width)
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs, _alignment(kernel, width, slot_of)),)
         case _:
             unhandled(form)

@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // adam_k0: moment1 -> moment2 -> step over [n]
 // reads m, grad, v, param; writes m, v, param
-// adam_k0: one element per thread; estimated 23 registers.
+// adam_k0: one element per thread; estimated 18 registers.
 extern "C" __global__ void adam_k0(
     float* __restrict__ m,
     const float* __restrict__ grad,
@@ -48,7 +48,7 @@ extern "C" __global__ void adam_k0(
     param[i] = v19;
 }
 
-// adam_k0_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 44 registers.
+// adam_k0_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 36 registers.
 extern "C" __global__ void adam_k0_v4(
     float* __restrict__ m,
     const float* __restrict__ grad,

@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // adam_k0_moment1: moment1 over [n]
 // reads m, grad; writes m
-// adam_k0_moment1: one element per thread; estimated 12 registers.
+// adam_k0_moment1: one element per thread; estimated 11 registers.
 extern "C" __global__ void adam_k0_moment1(
     float* __restrict__ m,
     const float* __restrict__ grad,
@@ -25,7 +25,7 @@ extern "C" __global__ void adam_k0_moment1(
     m[i] = v5;
 }
 
-// adam_k0_moment1_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 21 registers.
+// adam_k0_moment1_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 20 registers.
 extern "C" __global__ void adam_k0_moment1_v4(
     float* __restrict__ m,
     const float* __restrict__ grad,
@@ -65,7 +65,7 @@ extern "C" __global__ void adam_k0_moment1_v4(
 
 // adam_k1_moment2: moment2 over [n]
 // reads v, grad; writes v
-// adam_k1_moment2: one element per thread; estimated 12 registers.
+// adam_k1_moment2: one element per thread; estimated 11 registers.
 extern "C" __global__ void adam_k1_moment2(
     float* __restrict__ v,
     const float* __restrict__ grad,
@@ -152,7 +152,7 @@ extern "C" __global__ void adam_k2_step(
     param[i] = v9;
 }
 
-// adam_k2_step_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 28 registers.
+// adam_k2_step_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 29 registers.
 extern "C" __global__ void adam_k2_step_v4(
     float* __restrict__ param,
     const float* __restrict__ m,

@@ -9,7 +9,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // swiglu_k0: s -> out over [tokens, hidden]
 // reads gate, up; writes out
-// swiglu_k0: one element per thread; estimated 14 registers.
+// swiglu_k0: one element per thread; estimated 15 registers.
 extern "C" __global__ void swiglu_k0(
     const __nv_bfloat16* __restrict__ gate,
     const __nv_bfloat16* __restrict__ up,
@@ -28,7 +28,7 @@ extern "C" __global__ void swiglu_k0(
     out[i] = __float2bfloat16_rn(v6);
 }
 
-// swiglu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 35 registers.
+// swiglu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 26 registers.
 extern "C" __global__ void swiglu_k0_v8(
     const __nv_bfloat16* __restrict__ gate,
     const __nv_bfloat16* __restrict__ up,

@@ -9,7 +9,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // swiglu_k0_s: s over [tokens, hidden]
 // reads gate; writes s
-// swiglu_k0_s: one element per thread; estimated 13 registers.
+// swiglu_k0_s: one element per thread; estimated 14 registers.
 extern "C" __global__ void swiglu_k0_s(
     const __nv_bfloat16* __restrict__ gate,
     __nv_bfloat16* __restrict__ s,
@@ -24,7 +24,7 @@ extern "C" __global__ void swiglu_k0_s(
     s[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 27 registers.
+// swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 22 registers.
 extern "C" __global__ void swiglu_k0_s_v8(
     const __nv_bfloat16* __restrict__ gate,
     __nv_bfloat16* __restrict__ s,
@@ -58,7 +58,7 @@ extern "C" __global__ void swiglu_k0_s_v8(
 
 // swiglu_k1_out: out over [tokens, hidden]
 // reads s, up; writes out
-// swiglu_k1_out: one element per thread; estimated 11 registers.
+// swiglu_k1_out: one element per thread; estimated 10 registers.
 extern "C" __global__ void swiglu_k1_out(
     const __nv_bfloat16* __restrict__ s,
     const __nv_bfloat16* __restrict__ up,
@@ -74,7 +74,7 @@ extern "C" __global__ void swiglu_k1_out(
     out[i] = __float2bfloat16_rn(v3);
 }
 
-// swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 32 registers.
+// swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void swiglu_k1_out_v8(
     const __nv_bfloat16* __restrict__ s,
     const __nv_bfloat16* __restrict__ up,

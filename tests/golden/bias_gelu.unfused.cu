@@ -19,7 +19,7 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 
 // bias_gelu_k0_h: h over [rows, cols]
 // reads h, b (broadcast); writes h
-// bias_gelu_k0_h: one element per thread; estimated 15 registers.
+// bias_gelu_k0_h: one element per thread; estimated 12 registers.
 extern "C" __global__ void bias_gelu_k0_h(
     __half* __restrict__ h,
     const __half* __restrict__ b,
@@ -37,7 +37,7 @@ extern "C" __global__ void bias_gelu_k0_h(
     h[i] = __float2half_rn(v3);
 }
 
-// bias_gelu_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 36 registers.
+// bias_gelu_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void bias_gelu_k0_h_v8(
     __half* __restrict__ h,
     const __half* __restrict__ b,
@@ -66,7 +66,7 @@ extern "C" __global__ void bias_gelu_k0_h_v8(
 
 // bias_gelu_k1_h_2: h_2 over [rows, cols]
 // reads h; writes h
-// bias_gelu_k1_h_2: one element per thread; estimated 14 registers.
+// bias_gelu_k1_h_2: one element per thread; estimated 13 registers.
 extern "C" __global__ void bias_gelu_k1_h_2(
     __half* __restrict__ h,
     const long long n)
@@ -87,7 +87,7 @@ extern "C" __global__ void bias_gelu_k1_h_2(
     h[i] = __float2half_rn(v10);
 }
 
-// bias_gelu_k1_h_2_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 28 registers.
+// bias_gelu_k1_h_2_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 27 registers.
 extern "C" __global__ void bias_gelu_k1_h_2_v8(
     __half* __restrict__ h,
     const long long n)

@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // dag_k0: d -> sum_sq -> gated over [n]
 // reads a, b, c; writes sum_sq, gated
-// dag_k0: one element per thread; estimated 18 registers.
+// dag_k0: one element per thread; estimated 16 registers.
 extern "C" __global__ void dag_k0(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -32,7 +32,7 @@ extern "C" __global__ void dag_k0(
     gated[i] = v9;
 }
 
-// dag_k0_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 33 registers.
+// dag_k0_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 30 registers.
 extern "C" __global__ void dag_k0_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,

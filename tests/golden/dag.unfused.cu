@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // dag_k0_d: d over [n]
 // reads a, b, c; writes d
-// dag_k0_d: one element per thread; estimated 13 registers.
+// dag_k0_d: one element per thread; estimated 11 registers.
 extern "C" __global__ void dag_k0_d(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -25,7 +25,7 @@ extern "C" __global__ void dag_k0_d(
     d[i] = v4;
 }
 
-// dag_k0_d_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 25 registers.
+// dag_k0_d_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 23 registers.
 extern "C" __global__ void dag_k0_d_v4(
     const float* __restrict__ a,
     const float* __restrict__ b,
@@ -65,7 +65,7 @@ extern "C" __global__ void dag_k0_d_v4(
 
 // dag_k1_sum_sq: sum_sq over [n]
 // reads d, a; writes sum_sq
-// dag_k1_sum_sq: one element per thread; estimated 11 registers.
+// dag_k1_sum_sq: one element per thread; estimated 10 registers.
 extern "C" __global__ void dag_k1_sum_sq(
     const float* __restrict__ d,
     const float* __restrict__ a,
@@ -81,7 +81,7 @@ extern "C" __global__ void dag_k1_sum_sq(
     sum_sq[i] = v3;
 }
 
-// dag_k1_sum_sq_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 20 registers.
+// dag_k1_sum_sq_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void dag_k1_sum_sq_v4(
     const float* __restrict__ d,
     const float* __restrict__ a,
@@ -136,7 +136,7 @@ extern "C" __global__ void dag_k2_gated(
     gated[i] = v5;
 }
 
-// dag_k2_gated_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 27 registers.
+// dag_k2_gated_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 28 registers.
 extern "C" __global__ void dag_k2_gated_v4(
     const float* __restrict__ d,
     const float* __restrict__ c,

@@ -3,7 +3,7 @@
 
 // source_terms_k0_r0: r0 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r0
-// source_terms_k0_r0: one element per thread; estimated 63 registers.
+// source_terms_k0_r0: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k0_r0(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -167,7 +167,7 @@ extern "C" __global__ void source_terms_k0_r0(
 
 // source_terms_k1_r1: r1 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r1
-// source_terms_k1_r1: one element per thread; estimated 63 registers.
+// source_terms_k1_r1: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k1_r1(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -331,7 +331,7 @@ extern "C" __global__ void source_terms_k1_r1(
 
 // source_terms_k2_r2: r2 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r2
-// source_terms_k2_r2: one element per thread; estimated 62 registers.
+// source_terms_k2_r2: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k2_r2(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -495,7 +495,7 @@ extern "C" __global__ void source_terms_k2_r2(
 
 // source_terms_k3_r3: r3 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r3
-// source_terms_k3_r3: one element per thread; estimated 63 registers.
+// source_terms_k3_r3: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k3_r3(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -659,7 +659,7 @@ extern "C" __global__ void source_terms_k3_r3(
 
 // source_terms_k4_r4: r4 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r4
-// source_terms_k4_r4: one element per thread; estimated 63 registers.
+// source_terms_k4_r4: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k4_r4(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -823,7 +823,7 @@ extern "C" __global__ void source_terms_k4_r4(
 
 // source_terms_k5_r5: r5 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r5
-// source_terms_k5_r5: one element per thread; estimated 62 registers.
+// source_terms_k5_r5: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k5_r5(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -987,7 +987,7 @@ extern "C" __global__ void source_terms_k5_r5(
 
 // source_terms_k6_r6: r6 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r6
-// source_terms_k6_r6: one element per thread; estimated 63 registers.
+// source_terms_k6_r6: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k6_r6(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1151,7 +1151,7 @@ extern "C" __global__ void source_terms_k6_r6(
 
 // source_terms_k7_r7: r7 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r7
-// source_terms_k7_r7: one element per thread; estimated 63 registers.
+// source_terms_k7_r7: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k7_r7(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1315,7 +1315,7 @@ extern "C" __global__ void source_terms_k7_r7(
 
 // source_terms_k8_r8: r8 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r8
-// source_terms_k8_r8: one element per thread; estimated 62 registers.
+// source_terms_k8_r8: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k8_r8(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1479,7 +1479,7 @@ extern "C" __global__ void source_terms_k8_r8(
 
 // source_terms_k9_r9: r9 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r9
-// source_terms_k9_r9: one element per thread; estimated 63 registers.
+// source_terms_k9_r9: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k9_r9(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1643,7 +1643,7 @@ extern "C" __global__ void source_terms_k9_r9(
 
 // source_terms_k10_r10: r10 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r10
-// source_terms_k10_r10: one element per thread; estimated 63 registers.
+// source_terms_k10_r10: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k10_r10(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1807,7 +1807,7 @@ extern "C" __global__ void source_terms_k10_r10(
 
 // source_terms_k11_r11: r11 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r11
-// source_terms_k11_r11: one element per thread; estimated 62 registers.
+// source_terms_k11_r11: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k11_r11(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -1971,7 +1971,7 @@ extern "C" __global__ void source_terms_k11_r11(
 
 // source_terms_k12_r12: r12 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r12
-// source_terms_k12_r12: one element per thread; estimated 63 registers.
+// source_terms_k12_r12: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k12_r12(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2135,7 +2135,7 @@ extern "C" __global__ void source_terms_k12_r12(
 
 // source_terms_k13_r13: r13 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r13
-// source_terms_k13_r13: one element per thread; estimated 63 registers.
+// source_terms_k13_r13: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k13_r13(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2299,7 +2299,7 @@ extern "C" __global__ void source_terms_k13_r13(
 
 // source_terms_k14_r14: r14 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r14
-// source_terms_k14_r14: one element per thread; estimated 62 registers.
+// source_terms_k14_r14: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k14_r14(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2463,7 +2463,7 @@ extern "C" __global__ void source_terms_k14_r14(
 
 // source_terms_k15_r15: r15 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r15
-// source_terms_k15_r15: one element per thread; estimated 63 registers.
+// source_terms_k15_r15: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k15_r15(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2627,7 +2627,7 @@ extern "C" __global__ void source_terms_k15_r15(
 
 // source_terms_k16_r16: r16 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r16
-// source_terms_k16_r16: one element per thread; estimated 63 registers.
+// source_terms_k16_r16: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k16_r16(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2791,7 +2791,7 @@ extern "C" __global__ void source_terms_k16_r16(
 
 // source_terms_k17_r17: r17 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r17
-// source_terms_k17_r17: one element per thread; estimated 62 registers.
+// source_terms_k17_r17: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k17_r17(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -2955,7 +2955,7 @@ extern "C" __global__ void source_terms_k17_r17(
 
 // source_terms_k18_r18: r18 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r18
-// source_terms_k18_r18: one element per thread; estimated 63 registers.
+// source_terms_k18_r18: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k18_r18(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -3119,7 +3119,7 @@ extern "C" __global__ void source_terms_k18_r18(
 
 // source_terms_k19_r19: r19 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r19
-// source_terms_k19_r19: one element per thread; estimated 63 registers.
+// source_terms_k19_r19: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k19_r19(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -3283,7 +3283,7 @@ extern "C" __global__ void source_terms_k19_r19(
 
 // source_terms_k20_r20: r20 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r20
-// source_terms_k20_r20: one element per thread; estimated 62 registers.
+// source_terms_k20_r20: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k20_r20(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -3447,7 +3447,7 @@ extern "C" __global__ void source_terms_k20_r20(
 
 // source_terms_k21_r21: r21 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r21
-// source_terms_k21_r21: one element per thread; estimated 63 registers.
+// source_terms_k21_r21: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k21_r21(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -3611,7 +3611,7 @@ extern "C" __global__ void source_terms_k21_r21(
 
 // source_terms_k22_r22: r22 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r22
-// source_terms_k22_r22: one element per thread; estimated 63 registers.
+// source_terms_k22_r22: one element per thread; estimated 44 registers.
 extern "C" __global__ void source_terms_k22_r22(
     const float* __restrict__ T,
     const float* __restrict__ c1,
@@ -3775,7 +3775,7 @@ extern "C" __global__ void source_terms_k22_r22(
 
 // source_terms_k23_r23: r23 over [cells]
 // reads T, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, c23; writes r23
-// source_terms_k23_r23: one element per thread; estimated 62 registers.
+// source_terms_k23_r23: one element per thread; estimated 43 registers.
 extern "C" __global__ void source_terms_k23_r23(
     const float* __restrict__ T,
     const float* __restrict__ c1,

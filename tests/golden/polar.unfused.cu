@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // to_polar_k0_polar: polar over [n]
 // reads x, y; writes r, theta
-// to_polar_k0_polar: one element per thread; estimated 19 registers.
+// to_polar_k0_polar: one element per thread; estimated 20 registers.
 extern "C" __global__ void to_polar_k0_polar(
     const float* __restrict__ x,
     const float* __restrict__ y,
@@ -28,7 +28,7 @@ extern "C" __global__ void to_polar_k0_polar(
     theta[i] = v6;
 }
 
-// to_polar_k0_polar_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 31 registers.
+// to_polar_k0_polar_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 30 registers.
 extern "C" __global__ void to_polar_k0_polar_v4(
     const float* __restrict__ x,
     const float* __restrict__ y,

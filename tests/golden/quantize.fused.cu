@@ -13,7 +13,7 @@ __device__ __forceinline__ T fz_f2i(F x, T lo, T hi)
 
 // quantize_k0: r -> clipped -> q over [n]
 // reads x; writes clipped, q
-// quantize_k0: one element per thread; estimated 14 registers.
+// quantize_k0: one element per thread; estimated 12 registers.
 extern "C" __global__ void quantize_k0(
     const float* __restrict__ x,
     bool* __restrict__ clipped,
@@ -35,7 +35,7 @@ extern "C" __global__ void quantize_k0(
     q[i] = v7;
 }
 
-// quantize_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 35 registers.
+// quantize_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 22 registers.
 extern "C" __global__ void quantize_k0_v8(
     const float* __restrict__ x,
     bool* __restrict__ clipped,

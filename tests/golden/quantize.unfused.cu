@@ -13,7 +13,7 @@ __device__ __forceinline__ T fz_f2i(F x, T lo, T hi)
 
 // quantize_k0_r: r over [n]
 // reads x; writes r
-// quantize_k0_r: one element per thread; estimated 10 registers.
+// quantize_k0_r: one element per thread; estimated 9 registers.
 extern "C" __global__ void quantize_k0_r(
     const float* __restrict__ x,
     float* __restrict__ r,
@@ -28,7 +28,7 @@ extern "C" __global__ void quantize_k0_r(
     r[i] = v2;
 }
 
-// quantize_k0_r_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 16 registers.
+// quantize_k0_r_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 15 registers.
 extern "C" __global__ void quantize_k0_r_v4(
     const float* __restrict__ x,
     float* __restrict__ r,
@@ -61,7 +61,7 @@ extern "C" __global__ void quantize_k0_r_v4(
 
 // quantize_k1_clipped: clipped over [n]
 // reads r; writes clipped
-// quantize_k1_clipped: one element per thread; estimated 11 registers.
+// quantize_k1_clipped: one element per thread; estimated 10 registers.
 extern "C" __global__ void quantize_k1_clipped(
     const float* __restrict__ r,
     bool* __restrict__ clipped,
@@ -76,7 +76,7 @@ extern "C" __global__ void quantize_k1_clipped(
     clipped[i] = v3;
 }
 
-// quantize_k1_clipped_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 25 registers.
+// quantize_k1_clipped_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 20 registers.
 extern "C" __global__ void quantize_k1_clipped_v8(
     const float* __restrict__ r,
     bool* __restrict__ clipped,
@@ -110,7 +110,7 @@ extern "C" __global__ void quantize_k1_clipped_v8(
 
 // quantize_k2_q: q over [n]
 // reads r; writes q
-// quantize_k2_q: one element per thread; estimated 10 registers.
+// quantize_k2_q: one element per thread; estimated 9 registers.
 extern "C" __global__ void quantize_k2_q(
     const float* __restrict__ r,
     signed char* __restrict__ q,
@@ -124,7 +124,7 @@ extern "C" __global__ void quantize_k2_q(
     q[i] = v2;
 }
 
-// quantize_k2_q_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 24 registers.
+// quantize_k2_q_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void quantize_k2_q_v8(
     const float* __restrict__ r,
     signed char* __restrict__ q,

@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // scale_bias_relu_k0_scale: scale over [n]
 // reads x; writes t
-// scale_bias_relu_k0_scale: one element per thread; estimated 10 registers.
+// scale_bias_relu_k0_scale: one element per thread; estimated 9 registers.
 extern "C" __global__ void scale_bias_relu_k0_scale(
     const float* __restrict__ x,
     float* __restrict__ t,
@@ -21,7 +21,7 @@ extern "C" __global__ void scale_bias_relu_k0_scale(
     t[i] = v1;
 }
 
-// scale_bias_relu_k0_scale_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 16 registers.
+// scale_bias_relu_k0_scale_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 15 registers.
 extern "C" __global__ void scale_bias_relu_k0_scale_v4(
     const float* __restrict__ x,
     float* __restrict__ t,
@@ -52,7 +52,7 @@ extern "C" __global__ void scale_bias_relu_k0_scale_v4(
 
 // scale_bias_relu_k1_bias: bias over [n]
 // reads t; writes u
-// scale_bias_relu_k1_bias: one element per thread; estimated 10 registers.
+// scale_bias_relu_k1_bias: one element per thread; estimated 9 registers.
 extern "C" __global__ void scale_bias_relu_k1_bias(
     const float* __restrict__ t,
     float* __restrict__ u,
@@ -66,7 +66,7 @@ extern "C" __global__ void scale_bias_relu_k1_bias(
     u[i] = v1;
 }
 
-// scale_bias_relu_k1_bias_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 16 registers.
+// scale_bias_relu_k1_bias_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 15 registers.
 extern "C" __global__ void scale_bias_relu_k1_bias_v4(
     const float* __restrict__ t,
     float* __restrict__ u,
@@ -97,7 +97,7 @@ extern "C" __global__ void scale_bias_relu_k1_bias_v4(
 
 // scale_bias_relu_k2_relu: relu over [n]
 // reads u; writes y
-// scale_bias_relu_k2_relu: one element per thread; estimated 10 registers.
+// scale_bias_relu_k2_relu: one element per thread; estimated 9 registers.
 extern "C" __global__ void scale_bias_relu_k2_relu(
     const float* __restrict__ u,
     float* __restrict__ y,
@@ -110,7 +110,7 @@ extern "C" __global__ void scale_bias_relu_k2_relu(
     y[i] = v1;
 }
 
-// scale_bias_relu_k2_relu_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 16 registers.
+// scale_bias_relu_k2_relu_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 15 registers.
 extern "C" __global__ void scale_bias_relu_k2_relu_v4(
     const float* __restrict__ u,
     float* __restrict__ y,

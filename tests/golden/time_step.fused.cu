@@ -3,7 +3,7 @@
 
 // time_step_k0: v -> x over [n]
 // reads v, stiffness, x; writes v, x
-// time_step_k0: a grid-stride loop; estimated 28 registers.
+// time_step_k0: a grid-stride loop; estimated 23 registers.
 extern "C" __global__ void time_step_k0(
     float* __restrict__ v,
     const float* __restrict__ stiffness,

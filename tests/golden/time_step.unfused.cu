@@ -7,7 +7,7 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 
 // time_step_k0_v: v over [n]
 // reads v, stiffness, x; writes v
-// time_step_k0_v: one element per thread; estimated 13 registers.
+// time_step_k0_v: one element per thread; estimated 11 registers.
 extern "C" __global__ void time_step_k0_v(
     float* __restrict__ v,
     const float* __restrict__ stiffness,
@@ -30,7 +30,7 @@ extern "C" __global__ void time_step_k0_v(
     v[i] = v8;
 }
 
-// time_step_k0_v_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 25 registers.
+// time_step_k0_v_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 23 registers.
 extern "C" __global__ void time_step_k0_v_v4(
     float* __restrict__ v,
     const float* __restrict__ stiffness,
@@ -79,7 +79,7 @@ extern "C" __global__ void time_step_k0_v_v4(
 
 // time_step_k1_x: x over [n]
 // reads x, v; writes x
-// time_step_k1_x: one element per thread; estimated 11 registers.
+// time_step_k1_x: one element per thread; estimated 10 registers.
 extern "C" __global__ void time_step_k1_x(
     float* __restrict__ x,
     const float* __restrict__ v,
@@ -95,7 +95,7 @@ extern "C" __global__ void time_step_k1_x(
     x[i] = v3;
 }
 
-// time_step_k1_x_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 20 registers.
+// time_step_k1_x_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void time_step_k1_x_v4(
     float* __restrict__ x,
     const float* __restrict__ v,
