@@ -13,6 +13,7 @@ from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Diagnostic, FzError, Loc, Source
 from fusec.frontend import check_source
 from fusec.frontend.parser import decode_source, read_source
+from fusec.passes.fusion import FUSE_MODES
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 EXIT_OK, EXIT_PROGRAM, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
@@ -102,7 +103,10 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", dest="output", metavar="OUT.cu",
                    help="write to this file, in an existing folder (default: stdout)")
     p.add_argument("--pipeline", metavar="NAME", help="compile only this pipeline (default: all)")
-    p.add_argument("--unfused", action="store_true", help="one kernel per stage, for comparison")
+    p.add_argument("--fuse", choices=FUSE_MODES, default="auto",
+                   help="auto: the cost model decides (default); all: every stage that may fuse, fused, "
+                        "ignoring the budget; none: one kernel per stage")
+    p.add_argument("--unfused", action="store_const", dest="fuse", const="none", help="the same as --fuse none")
     p.add_argument("--persistent", action="store_true",
                    help="every kernel in grid-stride form over a grid that just fills the device")
     p.add_argument("--emit", choices=("cuda", "ir", "report"), default="cuda",
@@ -123,7 +127,7 @@ def run_compile(args) -> int:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
-    options = CompileOptions(fuse=not args.unfused, max_regs=args.max_regs, arch=args.arch, persistent=args.persistent)
+    options = CompileOptions(fuse=args.fuse, max_regs=args.max_regs, arch=args.arch, persistent=args.persistent)
     compiled = [compile_pipeline(program, name, options) for name in selected]
     from fusec import report
     if args.emit == "cuda":
@@ -134,7 +138,8 @@ def run_compile(args) -> int:
         text = json.dumps([k for c in compiled for k in report.report(c.interface)], indent=2) + "\n"
     if args.report:
         for name in selected:
-            fused = compile_pipeline(program, name, replace(options, fuse=True, persistent=False))
+            fused = compile_pipeline(program, name, replace(options, fuse="auto" if args.fuse == "none" else args.fuse,
+                                                            persistent=False))
             unfused = compile_pipeline(program, name, replace(options, fuse=False, persistent=False))
             print(report.table(fused.interface, unfused.interface), file=sys.stderr)
     if args.output:
@@ -166,6 +171,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="OUT.png", help="draw TB/s against size for each variant (matplotlib)")
     p.add_argument("--dispatch", action="store_true", help="also time host µs per call at 4096 elements")
     p.add_argument("--graph", action="store_true", help="also time both forms replayed as one CUDA graph a call")
+    p.add_argument("--fuse", choices=[m for m in FUSE_MODES if m != "none"], default="auto",
+                   help="the fused form timed beside the unfused one: auto (the cost model's) or all")
 
 
 def run_bench(args) -> int:
@@ -188,7 +195,7 @@ def run_bench(args) -> int:
         float_type = args.dtype or "as written"
         if args.dtype:
             program = bench.retype(source.text, args.dtype, Path(args.file).stem)
-        runner = bench.Bench(program, name, float_type, graph=args.graph)
+        runner = bench.Bench(program, name, float_type, graph=args.graph, fuse=args.fuse)
         runner.check(2 ** 16 + 3)
         for size in args.sizes:
             rows += runner.run(size)

@@ -29,6 +29,7 @@ class CompileOptions:
     persistent: bool = False     # every kernel grid-stride over a device-filling grid
     multi_tensor: bool = False   # the pipeline's one kernel, over many sets of arrays (foreach)
     partition: tuple[tuple[int, ...], ...] | None = None  # stage indices per kernel, chosen elsewhere (tuning)
+    observed: tuple = ()  # passes.guard.Observation: real registers of kernels compiled before
 
     def __post_init__(self):
         check_arch(self.arch)
@@ -55,8 +56,9 @@ def compile_pipeline(program: Program, name: str, options: CompileOptions = Comp
     pipeline = program.pipeline(name)
     graph = lower(program, pipeline)
     partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch,
-                                          groups=options.partition))
+                                          groups=options.partition, observed=options.observed))
     interface = plan_launches(pipeline, graph, partition,
                               PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
-                                          grid_stride=options.persistent, multi_tensor=options.multi_tensor))
+                                          grid_stride=options.persistent, multi_tensor=options.multi_tensor,
+                                          observed=options.observed))
     return Compiled(program, graph, partition, interface, emit_module(interface, program.source.name))

@@ -20,6 +20,8 @@ from types import SimpleNamespace
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
 from fusec.frontend import load
 from fusec.ir.program import Program
+from fusec.passes import guard
+from fusec.passes.fusion import FUSE_MODES
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
@@ -29,7 +31,7 @@ BACKENDS = ("auto", "cuda", "sim", "numpy")
 class JitOptions:
     """`fusec.jit`'s options, checked as the command line checks its own."""
 
-    fuse: bool = True
+    fuse: bool | str = "auto"   # "auto", "all", "none"; True and False mean "auto" and "none"
     backend: str = "auto"
     max_regs: int | None = None
     arch: str | None = None
@@ -37,7 +39,12 @@ class JitOptions:
     persistent: bool = False
 
     def __post_init__(self):
-        for name in ("fuse", "graph", "persistent"):
+        if isinstance(self.fuse, bool):
+            object.__setattr__(self, "fuse", "auto" if self.fuse else "none")
+        if self.fuse not in FUSE_MODES:
+            raise ValueError(f"fusec.jit(): fuse= takes {', '.join(map(repr, FUSE_MODES))}, True or False; "
+                             f"got {self.fuse!r}")
+        for name in ("graph", "persistent"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"fusec.jit(): {name}= takes True or False, got {getattr(self, name)!r}")
         if self.backend not in BACKENDS:
@@ -50,11 +57,12 @@ class JitOptions:
                     raise ValueError(f"fusec.jit(): {name}= {exc}") from None
 
 
-def jit(source=None, /, *, fuse: bool = True, backend: str = "auto", max_regs: int | None = None,
+def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max_regs: int | None = None,
         arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False):
     """Compile a .fz file (a path), .fz source text, or (as a decorator) a Python function.
 
-    fuse: fused kernels (False: one kernel per statement). backend: "auto",
+    fuse: "auto" (the cost model decides; True), "all" (every stage that may
+    fuse, fused), "none" (one kernel per statement; False). backend: "auto",
     "cuda", "sim" or "numpy". max_regs: the fusion's register budget (default:
     half occupancy on `arch`). arch: the target, e.g. "sm_90" (default: the
     device's, or sm_90 without one). pipeline: which pipeline of a file with
@@ -106,7 +114,8 @@ class JitPipeline:
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
 
     def __repr__(self) -> str:
-        form = ("fused" if self.options.fuse else "unfused") + (", graph" if self.options.graph else "")
+        form = {"none": "unfused", "all": "all fused"}.get(self.options.fuse, "fused") + \
+            (", graph" if self.options.graph else "")
         return f"<fusec pipeline {self.name} ({form}, {self.backend})>"
 
     @functools.cached_property
@@ -126,14 +135,17 @@ class JitPipeline:
 
     @functools.cached_property
     def compiled(self) -> Compiled:
-        return compile_pipeline(self.program, self.name, self.compile_options())
+        """The compiled pipeline, planned with what earlier compiles for this target
+        observed of real registers (passes.guard)."""
+        observed = guard.remembered(self.program, self.name, self.arch) if self.backend == "cuda" else ()
+        return compile_pipeline(self.program, self.name, self.compile_options(observed=observed))
 
     @functools.cached_property
     def unfused(self) -> "JitPipeline":
         """The same pipeline, one kernel per stage."""
-        if not self.options.fuse:
+        if self.options.fuse == "none":
             return self
-        return JitPipeline(self.program, self.name, replace(self.options, fuse=False))
+        return JitPipeline(self.program, self.name, replace(self.options, fuse="none"))
 
     @property
     def cuda_source(self) -> str:
@@ -157,7 +169,15 @@ class JitPipeline:
         from fusec.runtime.backends.cuda import CudaBackend
         from fusec.runtime.cuda_graphs import GraphExecutor
         executor = GraphExecutor if self.options.graph else Executor
-        return executor(interface, CudaBackend(self.compiled.cuda, interface, arch=self.arch))
+        backend = CudaBackend(self.compiled.cuda, interface, arch=self.arch)
+        # The guard: where ptxas's real registers break the plan, plan again with them.
+        checked = guard.replan(self.compiled, guard.observe(self.compiled, backend.attributes),
+                               lambda observed: compile_pipeline(self.program, self.name,
+                                                                 self.compile_options(observed=observed)))
+        if checked is not self.compiled:
+            self.__dict__["compiled"] = checked
+            backend = CudaBackend(checked.cuda, checked.interface, arch=self.arch)
+        return executor(checked.interface, backend)
 
     def __call__(self, *args, **kwargs):
         return self._runner(*args, **kwargs)

@@ -42,7 +42,7 @@ class TracedFunction:
         self._latest: JitPipeline | None = None
 
     def __repr__(self) -> str:
-        form = "fused" if self.options.fuse else "unfused"
+        form = {"none": "unfused", "all": "all fused"}.get(self.options.fuse, "fused")
         count = len(self.pipelines)
         return (f"<fusec traced function {self.__qualname__} ({form}, {self.backend}): "
                 f"{count} signature{'s' if count != 1 else ''} compiled>")

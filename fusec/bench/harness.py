@@ -133,15 +133,15 @@ extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __r
 
 
 class Bench:
-    def __init__(self, program: Program, name: str, float_type: str, graph: bool = False):
+    def __init__(self, program: Program, name: str, float_type: str, graph: bool = False, fuse: str = "auto"):
         import cupy as cp
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type
         self.pipeline = program.pipeline(name)
-        self.fused = JitPipeline(program, name, JitOptions(fuse=True, backend="cuda"))
-        self.unfused = JitPipeline(program, name, JitOptions(fuse=False, backend="cuda"))
+        self.fused = JitPipeline(program, name, JitOptions(fuse=fuse, backend="cuda"))
+        self.unfused = JitPipeline(program, name, JitOptions(fuse="none", backend="cuda"))
         # With graph=True, both forms again, each call one CUDA graph replay.
-        self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, JitOptions(fuse=form == "fused", backend="cuda", graph=True))
+        self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, JitOptions(fuse=fuse if form == "fused" else "none", backend="cuda", graph=True))
                        for form in ("fused", "unfused")} if graph else {}
         self.copy = cp.RawKernel(_COPY, "fz_copy16")
         self.peers = self._peers()

@@ -43,6 +43,7 @@ class FusionOptions:
     arch: str = DEFAULT_ARCH
     elements: int = NOMINAL_ELEMENTS
     groups: tuple[tuple[int, ...], ...] | None = None  # a partition chosen elsewhere (fusec tune): used as given
+    observed: tuple = ()  # passes.guard.Observation: compiled kernels' real registers, in place of estimates
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,7 @@ class Pricer:
         self.ctx, self.options = ctx, options
         self.costs = target_costs(options.arch)
         self.price = functools.lru_cache(maxsize=None)(self._price)
+        self.observed = observed_registers(options.observed)
 
     def _price(self, group: Group) -> tuple[int, Prediction, float]:
         """(registers of the variant that runs, its prediction, µs including repeats)."""
@@ -170,7 +172,7 @@ class Pricer:
         else:
             kernel = build_kernel(graph, stages, set(self.ctx.stored(group)))
             form, repeats = Elementwise(), count
-        variant = plan_variants(kernel, form, lambda buffer: 0, self.costs)[0]
+        variant = plan_variants(kernel, form, lambda buffer: 0, self.costs, self.observed.get(tuple(group)))[0]
         iterations = count if isinstance(form, RegisterLoop) else 1
         prediction = predict(kernel, variant, self.options.elements, self.costs, iterations)
         return variant.est_regs, prediction, prediction.us * repeats
@@ -193,6 +195,17 @@ class Pricer:
 
     def total(self, groups: list[list[int]]) -> float:
         return sum(self.group_us(tuple(g)) for g in groups)
+
+
+def observed_registers(observed) -> dict[tuple[int, ...], dict[int, int]]:
+    """group -> {elements per thread: registers}: a compiled kernel's real count,
+    with each 4 bytes of local memory (spills) counted as a register beyond 255,
+    which the cost model prices as spill traffic."""
+    out: dict[tuple[int, ...], dict[int, int]] = {}
+    for o in observed:
+        regs = o.regs if not o.local_bytes else max(o.regs, 255) + -(-o.local_bytes // 4)
+        out.setdefault(tuple(o.group), {})[o.elements_per_thread] = regs
+    return out
 
 
 def predict_partition(graph: StageGraph, groups: list[list[int]], options: FusionOptions = FusionOptions()) -> float:

@@ -35,7 +35,7 @@ from fusec.ir.program import Pipeline
 from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.cost import NOMINAL_ELEMENTS, predict, target_costs
-from fusec.passes.fusion import Partition
+from fusec.passes.fusion import Partition, observed_registers
 from fusec.passes.liveness import live_stages, needed_after
 from fusec.passes.variants import plan_variants
 from fusec.target import FOREACH_CHUNK
@@ -49,6 +49,7 @@ class PlanOptions:
     arch: str
     grid_stride: bool = False   # every kernel grid-stride over a device-filling grid (`--persistent`)
     multi_tensor: bool = False  # the pipeline's one kernel over many sets of arrays (foreach)
+    observed: tuple = ()        # passes.guard.Observation: real registers of kernels compiled before
 
 
 class PlanError(ValueError):
@@ -76,10 +77,11 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
     if options.multi_tensor:
         _check_multi_tensor(graph, kernels, steps)
     costs = target_costs(options.arch)
+    observed = observed_registers(options.observed)
     launches = []
     for k, kernel in enumerate(kernels):
         form = _form(options, loops.get(k), slots)
-        variants = plan_variants(kernel, form, slots.__getitem__, costs)
+        variants = plan_variants(kernel, form, slots.__getitem__, costs, observed.get(tuple(partition.groups[k])))
         iterations = form.count if isinstance(form, RegisterLoop) and isinstance(form.count, int) else 1
         prediction = predict(kernel, variants[0], NOMINAL_ELEMENTS, costs, iterations)
         launches.append(KernelLaunch(kernel, form, variants, _params(kernel, form, slots), prediction))

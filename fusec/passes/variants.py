@@ -55,18 +55,24 @@ def vector_width(kernel: Kernel, scalar_regs: int) -> int:
 
 
 def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
-                  costs: TargetCosts | None = None) -> tuple[Variant, ...]:
+                  costs: TargetCosts | None = None, observed: dict[int, int] | None = None) -> tuple[Variant, ...]:
     """The variants of `kernel` in `form`, in the order the runtime tries them.
     `slot_of(buffer)` numbers the arrays as the call signature does. With
     `costs`, the vector variant takes the width the cost model predicts fastest
-    (a narrower vector keeps fewer registers live: more warps per SM)."""
+    (a narrower vector keeps fewer registers live: more warps per SM).
+    `observed`: elements per thread -> the registers a compiled variant really
+    needed (passes.guard), in place of the estimate."""
     name = kernel.name
+    observed = observed or {}
+
+    def regs(width: int) -> int:
+        return observed.get(width) or kernel_registers(kernel, form, width)
     match form:
         case Elementwise():
-            scalar_regs = kernel_registers(kernel)
+            scalar_regs = regs(1)
             scalar = Variant(name, 1, ElementGrid(), scalar_regs)
-            widest = vector_width(kernel, scalar_regs)
-            options = [Variant(f"{name}_v{w}", w, ElementGrid(), kernel_registers(kernel, form, w),
+            widest = vector_width(kernel, kernel_registers(kernel))
+            options = [Variant(f"{name}_v{w}", w, ElementGrid(), regs(w),
                                _alignment(kernel, w, slot_of), whole_rows=kernel.needs_coordinates)
                        for w in _widths(widest)]
             if costs is not None and options:
@@ -74,11 +80,10 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
                 options = [v for v in options if v is not scalar]
             return (*options[:1], scalar)
         case GridStride() | RegisterLoop():
-            return (Variant(name, 1, DeviceFillGrid(), kernel_registers(kernel, form)),)
+            return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case MultiTensor():
             width = vector_width(kernel, kernel_registers(kernel))
-            regs = kernel_registers(kernel, form, width)
-            return (Variant(f"{name}_mt", width, WorkItemGrid(), regs, _alignment(kernel, width, slot_of)),)
+            return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)
         case _:
             unhandled(form)
 

@@ -1,0 +1,92 @@
+"""The guard after compiling: what ptxas really gave each kernel, held against what the model assumed.
+
+The register estimate only prunes. Once a module is loaded, each kernel's
+function that runs reports its real registers and local memory; where it
+spills, or its real registers leave fewer warps per SM than the prediction
+assumed, the compiler plans again with the real figures for that group of
+stages (`CompileOptions.observed`): the cost model then prefers a narrower
+vector or a split. The observations are kept in fusec's cache, so the next
+compile of the same program for the same architecture starts from them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from fusec import __version__, cache
+from fusec.ir.stages import Decision
+from fusec.passes.cost import target_costs, warps_per_sm
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A compiled function's real resources: the kernel's stages (their indices in
+    the stage graph), the variant's elements per thread, registers and local bytes."""
+
+    group: tuple[int, ...]
+    elements_per_thread: int
+    regs: int
+    local_bytes: int
+
+
+def observe(compiled, attributes: Callable[[str], dict]) -> tuple[Observation, ...]:
+    """The real resources of each kernel's first variant (the one that runs), from
+    `attributes(variant name)` (a backend's: num_regs, local_size_bytes)."""
+    out = []
+    for group, launch in zip(compiled.partition.groups, compiled.interface.kernels):
+        variant = launch.variants[0]
+        real = attributes(variant.name)
+        out.append(Observation(tuple(group), variant.elements_per_thread, real["num_regs"], real["local_size_bytes"]))
+    return tuple(out)
+
+
+def surprises(compiled, observed: tuple[Observation, ...]) -> list[str]:
+    """Why the plan no longer holds, one reason per kernel (none: it holds)."""
+    costs = target_costs(compiled.interface.arch)
+    reasons = []
+    for launch, seen in zip(compiled.interface.kernels, observed):
+        assumed = launch.prediction.warps if launch.prediction else warps_per_sm(launch.variants[0].est_regs, costs)
+        real = warps_per_sm(seen.regs, costs)
+        if seen.local_bytes:
+            reasons.append(f"{launch.variants[0].name} spills ({seen.local_bytes} bytes of local memory a thread, "
+                           f"{seen.regs} registers; estimated {launch.variants[0].est_regs})")
+        elif real < assumed:
+            reasons.append(f"{launch.variants[0].name} uses {seen.regs} registers (estimated "
+                           f"{launch.variants[0].est_regs}): {real} warps per SM where the model assumed {assumed}")
+    return reasons
+
+
+def _key(program, pipeline: str, arch: str) -> str:
+    return cache.key(program.source.text, pipeline, arch, __version__)
+
+
+def remembered(program, pipeline: str, arch: str) -> tuple[Observation, ...]:
+    """Observations kept for this program, pipeline and architecture."""
+    data = cache.read("guard", _key(program, pipeline, arch), ".json")
+    if data is None:
+        return ()
+    try:
+        return tuple(Observation(tuple(o[0]), o[1], o[2], o[3]) for o in json.loads(data))
+    except (ValueError, TypeError, IndexError):
+        return ()  # a damaged entry: start afresh
+
+
+def remember(compiled, observed: tuple[Observation, ...]) -> tuple[Observation, ...]:
+    """Keeps `observed` beside what was known for the program; returns all of it."""
+    program, pipeline, arch = compiled.program, compiled.interface.pipeline, compiled.interface.arch
+    known = {(o.group, o.elements_per_thread): o for o in remembered(program, pipeline, arch) + observed}
+    data = json.dumps([[list(o.group), o.elements_per_thread, o.regs, o.local_bytes] for o in known.values()])
+    cache.write("guard", _key(program, pipeline, arch), ".json", data.encode())
+    return tuple(known.values())
+
+
+def replan(compiled, observed: tuple[Observation, ...], compile_again: Callable[[tuple], object]):
+    """`compiled` planned again with the real registers where they surprise the model
+    (and the reasons in its notes), or `compiled` itself where nothing does."""
+    reasons = surprises(compiled, observed)
+    if not reasons:
+        return compiled
+    again = compile_again(remember(compiled, observed))
+    notes = tuple(Decision("guard", 0, False, f"{r}: planned again with the real registers") for r in reasons)
+    return replace(again, interface=replace(again.interface, notes=again.interface.notes + notes))

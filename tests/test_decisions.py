@@ -1,0 +1,120 @@
+"""The fusion decisions the cost model makes on hand-made cases, the guard after
+compiling (driven by a made-up report of what ptxas gave), and --fuse."""
+import json
+
+import pytest
+from helpers import ROOT
+
+import fusec
+import fusec.report
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.errors import Source
+from fusec.frontend import check_source
+from fusec.passes import guard
+from fusec.passes.cost import target_costs, warps_per_sm
+
+
+def program(text):
+    return check_source(Source("<test>", text))
+
+
+def wide(inputs: int) -> str:
+    params = ", ".join(f"x{i}: f32[n]" for i in range(inputs))
+    outs = ", ".join(f"y{j}: f32[n]" for j in range(inputs))
+    body = "\n".join(f"    y{j} = tanh(" + " + ".join(f"sin(x{i} * {0.1 + 0.01 * (i + j):.2f})" for i in range(inputs))
+                     + ");" for j in range(inputs))
+    return f"pipeline w({params}) -> ({outs}) {{\n{body}\n}}\n"
+
+
+def test_a_memory_bound_chain_fuses_into_one_kernel_and_says_why():
+    c = compile_pipeline(fusec.frontend.load(str(ROOT / "examples/scale_bias_relu.fz")), "scale_bias_relu")
+    (launch,) = c.interface.kernels
+    assert launch.prediction.bound == "memory" and launch.prediction.bytes_per_element == 8
+    assert c.partition.decisions[0].stage == "partition" and "predicted" in c.partition.decisions[0].reason
+    # Unfused, the same work moves three times the bytes: the model prices that.
+    unfused = compile_pipeline(c.program, "scale_bias_relu", CompileOptions(fuse="none"))
+    assert sum(k.prediction.us for k in unfused.interface.kernels) > 2.5 * launch.prediction.us
+
+
+def test_a_compute_heavy_stage_beside_a_copy_like_one_fuses_to_hide_the_copy():
+    p = program("pipeline p(x: f32[n], w: f32[n]) -> (y: f32[n], z: f32[n]) {\n"
+                "    y = erf(sin(x) * atan2(x, 1.5)) + log1p(abs(tanh(x))) * exp(-x * x);\n"
+                "    z = w * 2.0;\n}")
+    c = compile_pipeline(p, "p")
+    (launch,) = c.interface.kernels
+    assert launch.prediction.bound == "compute"
+    separate = compile_pipeline(p, "p", CompileOptions(partition=((0,), (1,))))
+    assert c.partition.predicted_us < separate.partition.predicted_us
+
+
+def test_just_under_and_just_over_a_pressure_point():
+    """A wide compute-heavy kernel keeps 48 warps per SM up to 40 registers and
+    40 warps from 41 (registers go to a warp 256 at a time): the model keeps it one
+    kernel just under that point and splits it just over, where the lost warps
+    cost more arithmetic time than the split's second read of the inputs."""
+    p = program(wide(6))
+    fused = compile_pipeline(p, "w")
+    (group,) = fused.partition.groups
+    width = fused.interface.kernels[0].variants[0].elements_per_thread
+    costs = target_costs("sm_90")
+    assert warps_per_sm(40, costs) == 48 and warps_per_sm(41, costs) == 40
+
+    def kernels(regs, local=0):
+        observed = (guard.Observation(group, width, regs, local),)
+        return len(compile_pipeline(p, "w", CompileOptions(observed=observed)).interface.kernels)
+    assert kernels(40) == 1 and kernels(41) == 2
+    assert kernels(255, local=800) == 2  # spilling: split too
+
+
+def test_the_guard_plans_again_where_ptxas_surprises_the_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    p = program(wide(12))
+    compiled = compile_pipeline(p, "w")
+    costs = target_costs("sm_90")
+
+    def spilling(variant):  # a made-up report: the first kernel spills, the rest as estimated
+        first = compiled.interface.kernels[0].variants[0].name
+        launch = next(k for k in compiled.interface.kernels if k.variants[0].name == variant)
+        return {"num_regs": 255 if variant == first else launch.variants[0].est_regs,
+                "local_size_bytes": 1024 if variant == first else 0}
+    observed = guard.observe(compiled, spilling)
+    reasons = guard.surprises(compiled, observed)
+    assert len(reasons) == 1 and "spills (1024 bytes" in reasons[0]
+    again = guard.replan(compiled, observed, lambda obs: compile_pipeline(p, "w", CompileOptions(observed=obs)))
+    assert again is not compiled and again.cuda != compiled.cuda
+    notes = [d.reason for d in again.interface.notes]
+    assert any(n.startswith(reasons[0]) for n in notes)
+    assert any("planned again" in line for line in fusec.report.report(again.interface)[0]["fusion"])
+    # Remembered: the next compile of the program for sm_90 starts from the real figures.
+    assert guard.remembered(p, "w", "sm_90") == observed
+    # Where ptxas agrees with the model nothing happens.
+    agreeing = guard.observe(compiled, lambda v: {"num_regs": 32, "local_size_bytes": 0})
+    assert warps_per_sm(32, costs) == 64 and guard.surprises(compiled, agreeing) == []
+    assert guard.replan(compiled, agreeing, lambda obs: pytest.fail("no re-plan")) is compiled
+
+
+def test_a_damaged_guard_entry_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    p = program(wide(8))
+    from fusec import cache
+    cache.write("guard", guard._key(p, "w", "sm_90"), ".json", b"[[1, 2")
+    assert guard.remembered(p, "w", "sm_90") == ()
+
+
+@pytest.mark.parametrize("mode,kernels", [("none", 8), ("all", 1)])
+def test_fuse_modes_on_the_cli_and_jit(run_cli, mode, kernels):
+    path = str(ROOT / "examples/transcendental_chain.fz")
+    code, stdout, _ = run_cli("compile", path, "--fuse", mode, "--emit", "report")
+    assert code == 0 and len(json.loads(stdout)) == kernels
+    assert len(fusec.jit(path, fuse=mode, backend="numpy").compiled.interface.kernels) == kernels
+    code, alias, _ = run_cli("compile", path, "--unfused", "--emit", "report")
+    assert len(json.loads(alias)) == 8
+
+
+def test_fuse_all_ignores_the_budget_and_auto_honours_it():
+    p = program(wide(8))
+    assert len(compile_pipeline(p, "w", CompileOptions(fuse="all", max_regs=16)).interface.kernels) == 1
+    capped = compile_pipeline(p, "w", CompileOptions(max_regs=48))
+    assert all(k.variants[0].est_regs <= 48 or len(k.kernel.stages) == 1 for k in capped.interface.kernels)
+    with pytest.raises(ValueError, match="fuse= takes"):
+        fusec.jit(wide(8), fuse="some")
