@@ -107,6 +107,8 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: the cost model decides (default); all: every stage that may fuse, fused, "
                         "ignoring the budget; none: one kernel per stage")
     p.add_argument("--unfused", action="store_const", dest="fuse", const="none", help="the same as --fuse none")
+    p.add_argument("--fast-math", action="store_true",
+                   help="f32 functions as their hardware approximations (__expf, __sinf, ...), denormals flushed")
     p.add_argument("--persistent", action="store_true",
                    help="every kernel in grid-stride form over a grid that just fills the device")
     p.add_argument("--emit", choices=("cuda", "ir", "report"), default="cuda",
@@ -127,7 +129,8 @@ def run_compile(args) -> int:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
-    options = CompileOptions(fuse=args.fuse, max_regs=args.max_regs, arch=args.arch, persistent=args.persistent)
+    options = CompileOptions(fuse=args.fuse, max_regs=args.max_regs, arch=args.arch, persistent=args.persistent,
+                             fast_math=args.fast_math)
     compiled = [compile_pipeline(program, name, options) for name in selected]
     from fusec import report
     if args.emit == "cuda":

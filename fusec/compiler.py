@@ -30,6 +30,7 @@ class CompileOptions:
     multi_tensor: bool = False   # the pipeline's one kernel, over many sets of arrays (foreach)
     partition: tuple[tuple[int, ...], ...] | None = None  # stage indices per kernel, chosen elsewhere (tuning)
     observed: tuple = ()  # passes.guard.Observation: real registers of kernels compiled before
+    fast_math: bool = False  # f32 functions as their hardware approximations; denormals flushed (README)
 
     def __post_init__(self):
         check_arch(self.arch)
@@ -56,9 +57,10 @@ def compile_pipeline(program: Program, name: str, options: CompileOptions = Comp
     pipeline = program.pipeline(name)
     graph = lower(program, pipeline)
     partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch,
-                                          groups=options.partition, observed=options.observed))
+                                          groups=options.partition, observed=options.observed,
+                                          fast_math=options.fast_math))
     interface = plan_launches(pipeline, graph, partition,
                               PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
                                           grid_stride=options.persistent, multi_tensor=options.multi_tensor,
-                                          observed=options.observed))
+                                          observed=options.observed, fast_math=options.fast_math))
     return Compiled(program, graph, partition, interface, emit_module(interface, program.source.name))

@@ -37,6 +37,7 @@ class JitOptions:
     arch: str | None = None
     graph: bool = False
     persistent: bool = False
+    fast_math: bool = False
 
     def __post_init__(self):
         if isinstance(self.fuse, bool):
@@ -44,7 +45,7 @@ class JitOptions:
         if self.fuse not in FUSE_MODES:
             raise ValueError(f"fusec.jit(): fuse= takes {', '.join(map(repr, FUSE_MODES))}, True or False; "
                              f"got {self.fuse!r}")
-        for name in ("graph", "persistent"):
+        for name in ("graph", "persistent", "fast_math"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"fusec.jit(): {name}= takes True or False, got {getattr(self, name)!r}")
         if self.backend not in BACKENDS:
@@ -58,7 +59,8 @@ class JitOptions:
 
 
 def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max_regs: int | None = None,
-        arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False):
+        arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False,
+        fast_math: bool = False):
     """Compile a .fz file (a path), .fz source text, or (as a decorator) a Python function.
 
     fuse: "auto" (the cost model decides; True), "all" (every stage that may
@@ -67,8 +69,10 @@ def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max
     half occupancy on `arch`). arch: the target, e.g. "sm_90" (default: the
     device's, or sm_90 without one). pipeline: which pipeline of a file with
     several. graph: replay CUDA graphs. persistent: grid-stride kernels.
+    fast_math: f32 functions as their hardware approximations, denormals
+    flushed (README, "Fast math").
     """
-    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent)
+    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent, fast_math)
     if source is None:
         return lambda fn: _jit(fn, options, pipeline)
     return _jit(source, options, pipeline)
@@ -131,7 +135,7 @@ class JitPipeline:
     def compile_options(self, **changes) -> CompileOptions:
         o = self.options
         return CompileOptions(**{"fuse": o.fuse, "max_regs": o.max_regs, "arch": self.arch,
-                                 "persistent": o.persistent, **changes})
+                                 "persistent": o.persistent, "fast_math": o.fast_math, **changes})
 
     @functools.cached_property
     def compiled(self) -> Compiled:

@@ -335,3 +335,31 @@ def _views_on_device(what, h, b, out):
     if what == "out= aliasing an input":
         return (dh, db, 1.0, 1), {"out": (dout[0], db)}
     return (dh, db, 1.0, 1), {"out": (dout[0], dout[1][:3])}
+
+
+# Fast math: each approximation within the bound the README states (CUDA
+# Programming Guide, "Intrinsic Functions"), on its documented range.
+FAST_BOUNDS = {  # function -> (inputs, absolute bound, ulp bound): within either passes
+    "sin": (np.linspace(-np.pi, np.pi, 4099), 2 ** -21.41, 0),
+    "cos": (np.linspace(-np.pi, np.pi, 4099), 2 ** -21.41, 0),
+    "log": (np.linspace(0.5, 2, 4099), 2 ** -21.41, 0),
+    "log2": (np.linspace(0.5, 2, 4099), 2 ** -22, 0),
+    "log10": (np.linspace(0.5, 2, 4099), 2 ** -24, 0),
+    "exp": (np.linspace(-10, 10, 4099), 0, None),  # 2 + floor(|1.173 x|) ulp
+}
+
+
+@pytest.mark.parametrize("fn", sorted(FAST_BOUNDS))
+def test_fast_math_functions_within_their_stated_error(fn):
+    inputs, bound, ulps = FAST_BOUNDS[fn]
+    x = inputs.astype(np.float32)
+    f = fusec.jit(f"pipeline p(x: f32[n]) -> (y: f32[n]) {{ y = {fn}(x); }}", backend="cuda", fast_math=True)
+    assert "__" + fn in f.cuda_source
+    got = f(cp.asarray(x)).get().astype(np.float64)
+    truth = getattr(np, fn)(x.astype(np.float64))
+    error = np.abs(got - truth)
+    if ulps is None:  # exp: in ulps of the result
+        allowed = (2 + np.floor(np.abs(1.173 * x.astype(np.float64)))) * np.spacing(np.abs(truth).astype(np.float32))
+    else:
+        allowed = np.full_like(truth, bound)
+    assert (error <= allowed).all(), (fn, float(np.max(error / allowed)))

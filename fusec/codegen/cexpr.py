@@ -97,15 +97,29 @@ _OPERATORS = {
     "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}", "eq": "{0} == {1}",
     "ne": "{0} != {1}", "and": "{0} && {1}", "or": "{0} || {1}", "not": "!{0}", "select": "{0} ? {1} : {2}",
 }
+# Fast math (`fast_math=True`): the f32 functions CUDA has a hardware
+# approximation of, as its intrinsic (CUDA Programming Guide, "Intrinsic
+# Functions"); each one's error is in the README. erf, log1p, atan2, tanh and the
+# rest have none and stay accurate. Division is __fdividef; sigmoid uses __expf.
+_FAST_F32 = {
+    "exp": "__expf({0})", "log": "__logf({0})", "log2": "__log2f({0})", "log10": "__log10f({0})",
+    "sin": "__sinf({0})", "cos": "__cosf({0})", "tan": "__tanf({0})", "pow": "__powf({0}, {1})",
+    "div": "__fdividef({0}, {1})", "sigmoid": "__fdividef(1.0f, 1.0f + __expf(-{0}))",
+}
+FAST_FUNCTIONS = tuple(_FAST_F32)
+
 # Helpers in the prelude that each op needs.
 HELPERS = {"fz_div": "div", "fz_mod": "mod", "fz_ipow": "pow", "fz_abs": "abs", "fz_min": "min",
            "fz_max": "max", "fz_f2i": "f2i"}
 
 
-def op_expr(op: str, t: ScalarType, operand_type: ScalarType, args: list[str]) -> str:
-    """C expression for `op` producing type `t` from operands of `operand_type`."""
+def op_expr(op: str, t: ScalarType, operand_type: ScalarType, args: list[str], fast: bool = False) -> str:
+    """C expression for `op` producing type `t` from operands of `operand_type`
+    (with `fast`, an f32 function's hardware approximation where CUDA has one)."""
     if op in _OPERATORS:
         text = _OPERATORS[op].format(*args)
+    elif fast and operand_type.is_float and operand_type.compute.bits == 32 and op in _FAST_F32:
+        text = _FAST_F32[op].format(*args)
     elif operand_type.is_float:
         f32, f64 = _FLOAT_FUNCS[op]
         text = (f64 if operand_type.compute.bits == 64 else f32).format(*args)

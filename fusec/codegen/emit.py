@@ -47,7 +47,7 @@ def environment() -> jinja2.Environment:
 
 
 def emit_module(interface: LaunchInterface, source_name: str) -> str:
-    emitters = [_KernelEmitter(k, interface.signature.slot_names) for k in interface.kernels]
+    emitters = [_KernelEmitter(k, interface.signature.slot_names, interface.fast_math) for k in interface.kernels]
     kernels = [e.render() for e in emitters]
     helpers = sorted({h for e in emitters for h in e.helpers})
     types = {a.type.name for k in interface.kernels for a in k.kernel.accesses}
@@ -55,14 +55,14 @@ def emit_module(interface: LaunchInterface, source_name: str) -> str:
     includes = [h for t, h in (("f16", "cuda_fp16.h"), ("bf16", "cuda_bf16.h")) if t in types]
     return environment().get_template("module.cu.j2").render(
         source=source_name, pipeline=interface.pipeline, form="fused" if interface.fused else "unfused",
-        kernels=kernels, helpers=helpers, includes=includes)
+        kernels=kernels, helpers=helpers, includes=includes, fast_math=interface.fast_math)
 
 
 class _KernelEmitter:
     """One kernel, every variant of it, from its launch description."""
 
-    def __init__(self, launch: KernelLaunch, slot_names: tuple[str, ...]):
-        self.launch, self.k = launch, launch.kernel
+    def __init__(self, launch: KernelLaunch, slot_names: tuple[str, ...], fast_math: bool = False):
+        self.launch, self.k, self.fast_math = launch, launch.kernel, fast_math
         self.helpers: set[str] = set()
         self.namer = Namer()
         self.namer.taken |= {p.c_name for p in launch.params}
@@ -240,7 +240,7 @@ class _KernelEmitter:
                 operand_type = body[ins.args[0]].type if ins.args else ins.type
                 if ins.op == "select":
                     operand_type = body[ins.args[1]].type
-                expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args])
+                expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args], self.fast_math)
                 self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
             name = namer.fresh(f"v{sum(1 for line in lines if line)}")
             qualifier = "" if idx in mutable else "const "

@@ -317,6 +317,7 @@ class LaunchInterface:
     max_regs: int
     arch: str
     notes: tuple[Decision, ...] = ()  # decisions about no kernel: statements dropped as dead
+    fast_math: bool = False  # hardware approximations of f32 functions; denormals flushed
 
     @property
     def pipeline(self) -> str:

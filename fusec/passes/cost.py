@@ -68,7 +68,7 @@ class TargetCosts:
 
 
 @functools.cache
-def target_costs(arch: str) -> TargetCosts:
+def target_costs(arch: str, fast_math: bool = False) -> TargetCosts:
     path = DATA / f"{arch.removesuffix('a')}.json"
     stated = not path.exists()
     data = json.loads((DATA / "sm_90.json" if stated else path).read_text())
@@ -80,7 +80,7 @@ def target_costs(arch: str) -> TargetCosts:
         max_warps_per_sm=warps, copy_tb_per_s=data["model"]["copy_tb_per_s"],
         in_flight_kib=data["model"]["in_flight_kib"], launch_us=data["model"]["launch_us"],
         overlap=data["model"]["overlap"], alu_half_warps=data["model"]["alu_half_warps"],
-        op_ps=data["op_ps_per_element"], default_op_ps=data["model"]["default_op_ps"],
+        op_ps=_op_table(data, fast_math), default_op_ps=data["model"]["default_op_ps"],
         measured=data["measured"] if not stated else f"sm_90's figures (no measurement for {arch})")
     return costs
 
@@ -120,3 +120,11 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6
     us = costs.launch_us + max(memory_us, compute_us) + costs.overlap * min(memory_us, compute_us)
     return Prediction(us, memory_us, compute_us, warps, moved)
+
+
+def _op_table(data: dict, fast_math: bool) -> dict:
+    """The op table; with fast math, the approximated f32 functions at their cost."""
+    if not fast_math:
+        return data["op_ps_per_element"]
+    fast = {op: ps for op, ps in data["fast_op_ps_per_element"].items() if op != "note"}
+    return {**data["op_ps_per_element"], "f32": {**data["op_ps_per_element"]["f32"], **fast}}

@@ -44,6 +44,7 @@ class FusionOptions:
     elements: int = NOMINAL_ELEMENTS
     groups: tuple[tuple[int, ...], ...] | None = None  # a partition chosen elsewhere (fusec tune): used as given
     observed: tuple = ()  # passes.guard.Observation: compiled kernels' real registers, in place of estimates
+    fast_math: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,7 @@ class Pricer:
 
     def __init__(self, ctx: Context, options: FusionOptions):
         self.ctx, self.options = ctx, options
-        self.costs = target_costs(options.arch)
+        self.costs = target_costs(options.arch, options.fast_math)
         self.price = functools.lru_cache(maxsize=None)(self._price)
         self.observed = observed_registers(options.observed)
 

@@ -50,6 +50,7 @@ class PlanOptions:
     grid_stride: bool = False   # every kernel grid-stride over a device-filling grid (`--persistent`)
     multi_tensor: bool = False  # the pipeline's one kernel over many sets of arrays (foreach)
     observed: tuple = ()        # passes.guard.Observation: real registers of kernels compiled before
+    fast_math: bool = False
 
 
 class PlanError(ValueError):
@@ -76,7 +77,7 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
     steps = _steps(graph, partition, loop_kernels, slots)
     if options.multi_tensor:
         _check_multi_tensor(graph, kernels, steps)
-    costs = target_costs(options.arch)
+    costs = target_costs(options.arch, options.fast_math)
     observed = observed_registers(options.observed)
     launches = []
     for k, kernel in enumerate(kernels):
@@ -86,7 +87,8 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
         prediction = predict(kernel, variants[0], NOMINAL_ELEMENTS, costs, iterations)
         launches.append(KernelLaunch(kernel, form, variants, _params(kernel, form, slots), prediction))
     notes = tuple(d for d in partition.decisions if d.kernel < 0)
-    return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes)
+    return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes,
+                           options.fast_math)
 
 
 def _form(options: PlanOptions, loop: Loop | None, slots: dict[str, int]) -> Form:

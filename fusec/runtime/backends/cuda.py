@@ -27,6 +27,9 @@ from fusec.runtime.binder import ArrayKind, OwnArrays
 from fusec.target import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
+# Fast math (the module's own intrinsics do the functions): f32 denormals flushed
+# to zero, approximate division and square root, as nvcc's --use_fast_math.
+FAST_OPTIONS = ("--std=c++17", "-ftz=true", "-prec-div=false", "-prec-sqrt=false", "-fmad=true")
 
 # cuFuncGetAttribute's attribute numbers (CUfunction_attribute).
 _MAX_THREADS_PER_BLOCK, _LOCAL_SIZE_BYTES, _NUM_REGS = 0, 3, 4
@@ -60,12 +63,13 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(d for d in candidates if os.path.exists(os.path.join(d, "cuda_fp16.h")))[:1]
 
 
-def compile_module(source: str, arch: str, native: bool) -> bytes:
+def compile_module(source: str, arch: str, native: bool, fast_math: bool = False) -> bytes:
     """Machine code for `arch` (native: the device's own), else PTX for it that
     the driver compiles at load; from the disk cache, else from NVRTC."""
     from cupy_backends.cuda.libs import nvrtc
     target = arch if native else "compute_" + arch.removeprefix("sm_")
-    options = OPTIONS + (f"-arch={target}", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
+    options = (FAST_OPTIONS if fast_math else OPTIONS) + (f"-arch={target}",
+                                                          f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
     version = ".".join(map(str, nvrtc.getVersion()))
 
     def build() -> bytes:
@@ -85,15 +89,15 @@ def compile_module(source: str, arch: str, native: bool) -> bytes:
     return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build)
 
 
-def load_module(source: str, arch: str):
+def load_module(source: str, arch: str, fast_math: bool = False):
     """The loaded module for this source on the current device (memory, then disk, then NVRTC)."""
     cp = cupy()
-    key = (source, arch, cp.cuda.Device().id)
+    key = (source, arch, cp.cuda.Device().id, fast_math)
     with _lock:
         module = _modules.get(key)
         if module is None:
             module = cp.cuda.function.Module()
-            module.load(compile_module(source, arch, native=arch == device_arch()))
+            module.load(compile_module(source, arch, native=arch == device_arch(), fast_math=fast_math))
             _modules[key] = module
     return module
 
@@ -110,7 +114,7 @@ class CudaBackend:
         self.device = cp.cuda.Device().id
         self.arch = arch or device_arch()
         self.arrays = DeviceArrays(cp, self.device)
-        module = load_module(cuda_source, self.arch)
+        module = load_module(cuda_source, self.arch, interface.fast_math)
         self.functions = {}  # variant -> (function, block)
         for launch in interface.kernels:
             for variant in launch.variants:

@@ -19,6 +19,17 @@ struct fz_uint3 { unsigned x, y, z; };
 inline fz_uint3 threadIdx, blockIdx, blockDim, gridDim;
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// Fast math's intrinsics: the sim computes them accurately (the GPU approximates;
+// the README gives each one's error there).
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, sizeof f); return f; }
 inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, sizeof d); return d; }

@@ -1,0 +1,46 @@
+"""Fast math (`fast_math=True`, `--fast-math`): which functions become hardware
+approximations, the compile flags, and what the cost model makes of them. The
+approximations' error is held to the README's bounds in the gpu tier."""
+import re
+
+from helpers import ROOT
+
+import fusec
+from fusec.codegen.cexpr import FAST_FUNCTIONS, op_expr
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.runtime.backends import cuda
+from fusec.types import F32, F64
+
+CHAIN = str(ROOT / "examples/transcendental_chain.fz")
+
+
+def test_only_f32_functions_with_an_approximation_change():
+    assert op_expr("exp", F32, F32, ["x"], fast=True) == "__expf(x)"
+    assert op_expr("div", F32, F32, ["a", "b"], fast=True) == "__fdividef(a, b)"
+    assert op_expr("exp", F64, F64, ["x"], fast=True) == "exp(x)"       # doubles stay accurate
+    assert op_expr("erf", F32, F32, ["x"], fast=True) == "erff(x)"      # no hardware form
+    assert op_expr("log1p", F32, F32, ["x"], fast=True) == "log1pf(x)"
+    assert op_expr("exp", F32, F32, ["x"]) == "expf(x)"                  # off by default
+    assert set(FAST_FUNCTIONS) == {"exp", "log", "log2", "log10", "sin", "cos", "tan", "pow", "div", "sigmoid"}
+
+
+def test_the_module_says_it_is_fast_and_uses_the_intrinsics(run_cli):
+    code, text, _ = run_cli("compile", CHAIN, "--fast-math")
+    assert code == 0 and "--fast-math" in text.splitlines()[1] and "flush" in text
+    assert {"__expf", "__sinf", "__cosf"} <= set(re.findall(r"__\w+f(?=\()", text))
+    assert "erff(" in text and "atan2f(" in text and "log1pf(" in text
+    plain = fusec.jit(CHAIN, backend="numpy").cuda_source
+    assert "__expf" not in plain and "Fast math" not in plain
+
+
+def test_nvrtc_flushes_denormals_only_with_fast_math():
+    assert "-ftz=false" in cuda.OPTIONS and "-prec-div=true" in cuda.OPTIONS
+    assert "-ftz=true" in cuda.FAST_OPTIONS and "-prec-div=false" in cuda.FAST_OPTIONS
+
+
+def test_the_cost_model_knows_fast_math_is_cheaper():
+    program = fusec.frontend.load(CHAIN)
+    accurate = compile_pipeline(program, "transcendental_chain").interface.kernels[0].prediction
+    fast = compile_pipeline(program, "transcendental_chain", CompileOptions(fast_math=True)).interface.kernels[0]
+    assert fast.prediction.compute_us < 0.8 * accurate.compute_us
+    assert compile_pipeline(program, "transcendental_chain", CompileOptions(fast_math=True)).interface.fast_math
