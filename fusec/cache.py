@@ -34,7 +34,7 @@ from pathlib import Path
 
 import jinja2
 
-KINDS = ("grammar", "templates", "sim", "cuda", "guard")
+KINDS = ("grammar", "templates", "sim", "cuda", "guard", "tune")
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 

@@ -22,14 +22,16 @@ from fusec.commands import (
     add_cache_arguments,
     add_check_arguments,
     add_compile_arguments,
+    add_tune_arguments,
     run_bench,
     run_cache,
     run_check,
     run_compile,
+    run_tune,
 )
 from fusec.errors import FzError
 
-COMMANDS = {"check": run_check, "compile": run_compile, "bench": run_bench, "cache": run_cache}
+COMMANDS = {"check": run_check, "compile": run_compile, "bench": run_bench, "tune": run_tune, "cache": run_cache}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     add_compile_arguments(sub.add_parser("compile", help="compile a .fz file to CUDA C"))
     add_bench_arguments(sub.add_parser(
         "bench", help="time a pipeline against the copy limit and its peers (needs a GPU)"))
+    add_tune_arguments(sub.add_parser(
+        "tune", help="time the cost model's best partitions on the GPU and keep the fastest (needs a GPU)"))
     add_cache_arguments(sub.add_parser("cache", help="where fusec keeps its builds; clear them"))
     return parser
 

@@ -241,3 +241,45 @@ def _bytes(size: int) -> str:
     if size < 1024:
         return f"{size} bytes"
     return f"{size / 1024:.1f} KiB" if size < 1024 ** 2 else f"{size / 1024 ** 2:.1f} MiB"
+
+
+# ---- fusec tune
+
+def add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE.fz")
+    p.add_argument("--pipeline", metavar="NAME", help="tune only this pipeline (default: all)")
+    p.add_argument("--size", type=_size, default=2 ** 26, metavar="N",
+                   help="elements per call, e.g. 2^26 (default); the choice is kept for this shape class and GPU")
+    p.add_argument("--dtype", choices=("f16", "bf16", "f32", "f64"), help="replace the program's float type")
+    p.add_argument("--fast-math", action="store_true", help="tune the fast-math form")
+
+
+def run_tune(args) -> int:
+    from fusec.runtime.backends.cuda import available
+    if not available():
+        print("fusec tune: needs a CUDA device and CuPy (pip install 'fusec[cuda12]' or '[cuda13]'); "
+              "none was found", file=sys.stderr)
+        return EXIT_USAGE
+    import cupy as cp
+
+    from fusec.bench import harness
+    from fusec.jit import JitOptions, JitPipeline
+    from fusec.runtime import tuning
+    source = read_input(args.file)
+    program = check_source(source)
+    names = [p.name for p in program.pipelines]
+    if args.pipeline is not None and args.pipeline not in names:
+        raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
+                      program.source)
+    if args.dtype:
+        program = harness.retype(source.text, args.dtype, Path(args.file).stem)
+    for name in [args.pipeline] if args.pipeline else names:
+        f = JitPipeline(program, name, JitOptions(backend="cuda", tune=True, fast_math=args.fast_math))
+        pipeline = program.pipeline(name)
+        f(*harness.make_args(cp, pipeline, harness.dims_for(pipeline, args.size), seed=5))
+        timings = getattr(f, "timings", None)
+        print(f"pipeline {name}: " + ("the choice kept from an earlier tuning for this shape class and GPU"
+                                      if timings is None else f"{len(timings)} candidates timed"))
+        if timings:
+            print(tuning.describe(timings))
+    return EXIT_OK

@@ -38,6 +38,7 @@ class JitOptions:
     graph: bool = False
     persistent: bool = False
     fast_math: bool = False
+    tune: bool = False
 
     def __post_init__(self):
         if isinstance(self.fuse, bool):
@@ -45,7 +46,7 @@ class JitOptions:
         if self.fuse not in FUSE_MODES:
             raise ValueError(f"fusec.jit(): fuse= takes {', '.join(map(repr, FUSE_MODES))}, True or False; "
                              f"got {self.fuse!r}")
-        for name in ("graph", "persistent", "fast_math"):
+        for name in ("graph", "persistent", "fast_math", "tune"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"fusec.jit(): {name}= takes True or False, got {getattr(self, name)!r}")
         if self.backend not in BACKENDS:
@@ -60,7 +61,7 @@ class JitOptions:
 
 def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max_regs: int | None = None,
         arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False,
-        fast_math: bool = False):
+        fast_math: bool = False, tune: bool = False):
     """Compile a .fz file (a path), .fz source text, or (as a decorator) a Python function.
 
     fuse: "auto" (the cost model decides; True), "all" (every stage that may
@@ -70,9 +71,11 @@ def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max
     device's, or sm_90 without one). pipeline: which pipeline of a file with
     several. graph: replay CUDA graphs. persistent: grid-stride kernels.
     fast_math: f32 functions as their hardware approximations, denormals
-    flushed (README, "Fast math").
+    flushed (README, "Fast math"). tune: at the first call, time the cost
+    model's best few partitions on the device and keep the fastest (cached per
+    pipeline, shape class and GPU; needs the cuda backend).
     """
-    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent, fast_math)
+    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent, fast_math, tune)
     if source is None:
         return lambda fn: _jit(fn, options, pipeline)
     return _jit(source, options, pipeline)
@@ -116,6 +119,8 @@ class JitPipeline:
         self.backend = resolve_backend(options.backend)
         if options.graph and self.backend != "cuda":
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
+        if options.tune and self.backend != "cuda":
+            raise ValueError(f"tune=True times candidates on the GPU: it needs the cuda backend, not {self.backend!r}")
 
     def __repr__(self) -> str:
         form = {"none": "unfused", "all": "all fused"}.get(self.options.fuse, "fused") + \
@@ -184,7 +189,29 @@ class JitPipeline:
         return executor(checked.interface, backend)
 
     def __call__(self, *args, **kwargs):
+        if self.options.tune and "_tuned" not in self.__dict__:
+            self._tune_for(args, kwargs)
         return self._runner(*args, **kwargs)
+
+    def _tune_for(self, args: tuple, kwargs: dict) -> None:
+        """Tuning at the first call (its arguments give the shape class): the
+        cached winner for this GPU, else the candidates timed on copies of the
+        arguments; the pipeline is compiled again with the winner."""
+        from fusec.runtime import tuning
+        from fusec.runtime.backends.cuda import device_name
+        call = self._runner.binder.bind(args, dict(kwargs))
+        shapes, device, options = tuning.shape_class(call.dims), device_name(), self.compile_options()
+        winner = tuning.cached_partition(self.program, self.name, shapes, device, options)
+        if winner is None:
+            timings = tuning.tune(self.compiled, options, tuning.device_measure(call.values, self.arch))
+            tuning.remember(self.program, self.name, shapes, device, options, timings)
+            self.timings = timings
+            winner = next((t.groups for t in timings if t.measured_us is not None), None)
+        if winner is not None and winner != self.compiled.partition.groups:
+            self.__dict__["compiled"] = compile_pipeline(self.program, self.name,
+                                                         self.compile_options(partition=winner))
+            self.__dict__.pop("_runner", None)
+        self.__dict__["_tuned"] = True
 
     def foreach(self, sets, *scalars, **named_scalars) -> list:
         """The pipeline over many sets of arrays in one launch (multi-tensor apply):

@@ -363,3 +363,19 @@ def test_fast_math_functions_within_their_stated_error(fn):
     else:
         allowed = np.full_like(truth, bound)
     assert (error <= allowed).all(), (fn, float(np.max(error / allowed)))
+
+
+def test_tune_times_candidates_keeps_the_winner_and_leaves_the_arguments_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    path = str(ROOT / "examples/transcendental_chain.fz")
+    x = cp.random.standard_normal(1 << 20, dtype=cp.float32)
+    before = x.copy()
+    f = fusec.jit(path, backend="cuda", tune=True)
+    y = f(x)
+    assert f.timings and f.timings[0].measured_us is not None
+    assert f.compiled.partition.groups == f.timings[0].groups
+    assert cp.array_equal(x, before)
+    np.testing.assert_allclose(y.get(), fusec.jit(path, backend="numpy")(x.get()), rtol=1e-4, atol=1e-5)
+    again = fusec.jit(path, backend="cuda", tune=True)
+    again(x)
+    assert not hasattr(again, "timings") and again.compiled.partition.groups == f.timings[0].groups

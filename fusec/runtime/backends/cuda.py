@@ -43,6 +43,13 @@ def cupy():
     return cp
 
 
+def device_name() -> str:
+    """The current device's name (a tuned choice is kept per GPU model)."""
+    cp = cupy()
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def device_arch() -> str:
     return "sm_" + cupy().cuda.Device().compute_capability
 

@@ -1,0 +1,57 @@
+"""Measured choice (fusec tune, fusec.jit(tune=True)) without a GPU: the candidates,
+the winner by a stand-in measurement, and the cache that keeps it."""
+import pytest
+from helpers import ROOT
+
+import fusec
+from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.runtime import tuning
+
+CHAIN = str(ROOT / "examples/transcendental_chain.fz")
+
+
+def compiled():
+    program = fusec.frontend.load(CHAIN)
+    return compile_pipeline(program, "transcendental_chain"), CompileOptions()
+
+
+def test_the_candidates_are_the_models_best_and_their_neighbours():
+    c, options = compiled()
+    found = tuning.candidates(c, options)
+    assert 2 <= len(found) <= tuning.MAX_CANDIDATES
+    assert found[0][0] == c.partition.groups  # the model's pick first
+    assert [us for _, _, us in found] == sorted(us for _, _, us in found)
+    assert any("neighbour" in how for _, how, _ in found)
+
+
+def test_the_fastest_measured_wins_and_a_wrong_one_never_does(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    c, options = compiled()
+    found = tuning.candidates(c, options)
+    fastest, wrong = found[-1][0], found[-2][0]
+
+    def measure(candidate):  # a stand-in: the last candidate is fastest, the one before computes wrongly
+        groups = candidate.partition.groups
+        return None if groups == wrong else (1.0 if groups == fastest else 5.0)
+    timings = tuning.tune(c, options, measure)
+    assert timings[0].groups == fastest and timings[0].measured_us == 1.0
+    assert timings[-1].measured_us is None and timings[-1].groups == wrong
+    shapes = tuning.shape_class({"n": 1000})
+    assert shapes == (("n", 1024),) and tuning.shape_class({"n": 1024}) == shapes
+    tuning.remember(c.program, "transcendental_chain", shapes, "H200", options, timings)
+    assert tuning.cached_partition(c.program, "transcendental_chain", shapes, "H200", options) == fastest
+    assert tuning.cached_partition(c.program, "transcendental_chain", shapes, "A100", options) is None
+    assert tuning.cached_partition(c.program, "transcendental_chain", (("n", 2048),), "H200", options) is None
+    assert "| kernels | found as |" in tuning.describe(timings) and "differs" in tuning.describe(timings)
+
+
+def test_tune_needs_the_cuda_backend():
+    with pytest.raises(ValueError, match="tune=True times candidates on the GPU"):
+        fusec.jit(CHAIN, backend="sim", tune=True)
+
+
+def test_fusec_tune_without_a_gpu_says_so(run_cli, monkeypatch):
+    import fusec.runtime.backends.cuda as cuda
+    monkeypatch.setattr(cuda, "available", lambda: False)
+    code, _, err = run_cli("tune", CHAIN)
+    assert code == 2 and "needs a CUDA device" in err
