@@ -77,6 +77,8 @@ def kernel_report(interface: LaunchInterface, launch: KernelLaunch, backend=None
         "broadcast_reads": [a.buffer for a in kernel.loads if not a.contiguous],
         "writes": [a.buffer for a, _ in kernel.stores],
         "fusion": [f"{d.stage}: {d.reason}" for d in kernel.decisions],
+        "predicted_us": round(launch.prediction.us, 1) if launch.prediction else None,
+        "prediction": launch.prediction.describe() if launch.prediction else None,
     }
 
 
@@ -105,9 +107,10 @@ def table(fused: LaunchInterface, unfused: LaunchInterface) -> str:
     rows = report(fused)
     lines = [f"pipeline {fused.pipeline}: {len(rows)} kernel{'s' if len(rows) != 1 else ''} fused, "
              f"{len(unfused.kernels)} unfused"]
-    header = ("kernel", "stages", "regs", "read B/el", "written B/el")
-    body = [(r["name"], ", ".join(r["stages"]), f"{r['est_regs']}/{r['max_regs']}", str(r["bytes_read"]),
-             str(r["bytes_written"])) for r in rows]
+    header = ("kernel", "stages", "regs", "read B/el", "written B/el", "predicted at 2^26")
+    body = [(r["name"], ", ".join(r["stages"]),
+             f"{r['est_regs']}" + (f"/{r['max_regs']}" if r["max_regs"] is not None else ""), str(r["bytes_read"]),
+             str(r["bytes_written"]), f"{r['predicted_us']} µs ({_bound(r)})") for r in rows]
     widths = [max(len(row[c]) for row in [header] + body) for c in range(len(header))]
     for row in [header] + body:
         lines.append("  " + "  ".join(cell.ljust(w) if c < 2 else cell.rjust(w)
@@ -148,3 +151,7 @@ def format_ir(compiled) -> str:
         out.append(f"  kernel {launch.name}: {', '.join(launch.kernel.stages)}; stores {stored or '(nothing)'}; "
                    f"{form_name(launch)}; variants {variants}")
     return "\n".join(out) + "\n"
+
+
+def _bound(row: dict) -> str:
+    return row["prediction"].split("(")[1].split(":")[0] if row["prediction"] else "-"
