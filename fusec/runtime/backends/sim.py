@@ -79,8 +79,11 @@ class SimBackend:
 
         def fire(args, stream=None):
             launched.append(variant)
-            function(grid, block, *[a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a
-                                    for a in args])
+            guarded = [_Guarded(a) if isinstance(a, np.ndarray) else None for a in args]
+            function(grid, block, *[a if g is None else g.address for g, a in zip(guarded, args)])
+            for g in guarded:
+                if g is not None:
+                    g.finish(variant)
         return fire
 
     # ---- arrays
@@ -114,3 +117,40 @@ class SimBackend:
 
 def _ctype(p: KernelParam):
     return ctypes.c_void_p if p.pack is None else getattr(ctypes, p.pack.ctypes)
+
+
+# Bounds checking: each array a kernel gets is a copy between two guard zones of
+# a known pattern; after the launch a changed zone is a stray write (a fusec
+# bug), reported as such rather than left to corrupt memory or crash the process.
+GUARD_BYTES = 256
+GUARD_FILL = 0xA5
+
+
+class _Guarded:
+    """An array argument copied into the middle of a guarded buffer for one launch."""
+
+    __slots__ = ("array", "buffer", "view")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        size = array.nbytes
+        self.buffer = np.full(size + 2 * GUARD_BYTES, GUARD_FILL, np.uint8)
+        self.view = self.buffer[GUARD_BYTES:GUARD_BYTES + size]
+        self.view[...] = np.frombuffer(np.ascontiguousarray(array).data, np.uint8) if size else self.view
+
+    @property
+    def address(self) -> int:
+        return self.view.__array_interface__["data"][0]
+
+    def finish(self, variant: str) -> None:
+        """Checks the guard zones, then gives the kernel's writes to the array."""
+        if (self.buffer[:GUARD_BYTES] != GUARD_FILL).any() or (self.buffer[GUARD_BYTES + self.view.size:]
+                                                              != GUARD_FILL).any():
+            raise RuntimeError(f"the sim's {variant} wrote outside an array it was given (a fusec bug)")
+        if not self.view.size:
+            return
+        flat = self.array.reshape(-1).view(np.uint8)
+        if self.array.flags.writeable:
+            flat[...] = self.view
+        elif (flat != self.view).any():
+            raise RuntimeError(f"the sim's {variant} wrote into a read-only array (a fusec bug)")
