@@ -30,6 +30,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from fusec.bench.harness import time_gpu
+
 ELEMENTS = 2 ** 26
 MAX_RANDOM = int(os.environ.get("FUSEC_MAX_RANDOM", 40))
 
@@ -227,25 +229,6 @@ def make_args(cp, pipeline):
             a = cp.abs(a) + 0.5
         args.append(a.astype(p.type.numpy_dtype))
     return args
-
-
-def time_gpu(cp, fn, reps=5) -> float:
-    fn()
-    cp.cuda.Device().synchronize()
-    t = time.perf_counter()
-    fn()
-    cp.cuda.Device().synchronize()
-    iters = max(1, min(20, int(0.01 / max(time.perf_counter() - t, 1e-6))))
-    samples = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(a, b) * 1000 / iters)
-    return statistics.median(samples)
 
 
 def report(name, dtype, entries, passes):

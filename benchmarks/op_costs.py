@@ -13,14 +13,13 @@ its throughput in ops per ns. The results feed the cost model's op table
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 
 import cupy as cp
 import numpy as np
 
 import fusec
+from fusec.bench.harness import time_gpu
 
 K = 32
 N = 2 ** 24
@@ -48,25 +47,6 @@ def chain(op: str, dtype: str, identity: bool) -> str:
     return f"pipeline chain(x: {dtype}[n]) -> (y: {dtype}[n]) {{\n    y = {' + '.join(terms)};\n}}\n"
 
 
-def gpu_us(fn, reps: int = 5) -> float:
-    fn()
-    cp.cuda.Device().synchronize()
-    start = time.perf_counter()
-    fn()
-    cp.cuda.Device().synchronize()
-    iters = max(3, min(100, int(0.05 / max(time.perf_counter() - start, 1e-6))))
-    samples = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(a, b) * 1000 / iters)
-    return statistics.median(samples)
-
-
 def measure(op: str, dtype: str) -> dict:
     np_dtype = np.float32 if dtype == "f32" else np.float64
     x = cp.asarray((np.random.default_rng(0).random(N) - 0.5).astype(np_dtype))
@@ -75,7 +55,7 @@ def measure(op: str, dtype: str) -> dict:
         f = fusec.jit(chain(op, dtype, identity), backend="cuda")
         y = f(x)
         assert bool(cp.isfinite(y).all()), f"{op} {dtype}: non-finite results (arguments out of its domain)"
-        times[identity] = gpu_us(lambda: f(x))
+        times[identity] = time_gpu(cp, lambda: f(x))
     per_op_ns = (times[False] - times[True]) * 1e3 / (N * K)
     return {"op": op, "dtype": dtype, "us": times[False], "baseline_us": times[True],
             "ns_per_element": max(per_op_ns, 0.0), "ops_per_ns": (1 / per_op_ns) if per_op_ns > 0 else None}
