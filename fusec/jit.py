@@ -44,7 +44,7 @@ class JitOptions:
         if isinstance(self.fuse, bool):
             object.__setattr__(self, "fuse", "auto" if self.fuse else "none")
         if self.fuse not in FUSE_MODES:
-            raise ValueError(f"fusec.jit(): fuse= takes {', '.join(map(repr, FUSE_MODES))}, True or False; "
+            raise (ValueError if isinstance(self.fuse, str) else TypeError)(f"fusec.jit(): fuse= takes {', '.join(map(repr, FUSE_MODES))}, True or False; "
                              f"got {self.fuse!r}")
         for name in ("graph", "persistent", "fast_math", "tune"):
             if not isinstance(getattr(self, name), bool):

@@ -105,5 +105,9 @@ def test_jit_options_are_checked_like_the_cli(bad, message):
 
 
 def test_jit_flags_must_be_bools():
-    with pytest.raises(TypeError, match="fuse= takes True or False"):
+    with pytest.raises(ValueError, match="fuse= takes 'auto', 'all', 'none', True or False; got 'no'"):
         fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), fuse="no")
+    with pytest.raises(TypeError, match="fuse= takes .* got 3"):
+        fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), fuse=3)
+    with pytest.raises(TypeError, match="graph= takes True or False"):
+        fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), graph=1)

@@ -190,36 +190,56 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[i
         return _one_element_estimate(body, stored, set(scalar_loads), array_loads, broadcast_loads, coordinates,
                                      loop, persistent)
     plan = _BodyPlan(body, stored, scalar_loads, lane_uniform, carried if variant.loop else None)
+    return _estimate(plan, array_loads, broadcast_loads, coordinates, variant)
+
+
+def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordinates: int,
+              variant: VariantShape) -> int:
     # Broadcast coordinates come first, before any value is loaded: a floor under the body.
     floor = INDEX_SETUP_REGS + DIVISION_REGS * coordinates if broadcast_loads else 0
     stores = STORE_ADDRESS_REGS * len(plan.stores)
     if variant.multi_tensor:
         pointers = MULTI_TENSOR_POINTER_REGS * (array_loads + len(plan.stores))
         vector = VECTOR_BASE_REGS + _vector_pressure(plan, variant.elements)
-        return _registers(MULTI_TENSOR_BASE_REGS + pointers + stores + max(vector, _walk(plan, 1, 1)))
+        return _registers(MULTI_TENSOR_BASE_REGS + pointers + stores + max(vector, plan.walk(1, 1)))
     overhead = BASE_REGS + stores
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
     if variant.elements == 1:
-        return _registers(overhead + max(floor, _walk(plan, 1, 1)))
+        return _registers(overhead + max(floor, plan.walk(1, 1)))
     return _registers(overhead + VECTOR_BASE_REGS + max(floor, _vector_pressure(plan, variant.elements)))
 
 
+class KernelEstimate:
+    """`estimate_registers` for each variant of a planned kernel (what build_kernel
+    passes, derived from the Kernel): the body's schedule, and each walk over it,
+    is computed once for all the variants asked about."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        load_of = {ins.attr: n for n, ins in enumerate(kernel.body.instrs) if ins.op == "load"}
+        self.stored = [i for _, i in kernel.stores] + [exit_value for _, exit_value in kernel.carried]
+        self.scalar_loads = {load_of[v] for v in kernel.scalars}
+        self.lane_uniform = {load_of[a.value] for a in lane_uniform_loads(kernel.loads)}
+        self.carried = {loop_value for loop_value, _ in kernel.carried}
+        self.broadcast_loads = sum(1 for a in kernel.loads if not a.contiguous and any(a.present))
+        self.coordinates = index_divisions(kernel.loads)
+        self._plans: dict[bool, _BodyPlan] = {}
+
+    def __call__(self, variant: VariantShape) -> int:
+        if not isinstance(variant, VariantShape):
+            raise TypeError(f"estimate_kernel: variant must be a VariantShape, not {type(variant).__name__}")
+        plan = self._plans.get(variant.loop)
+        if plan is None:
+            plan = self._plans[variant.loop] = _BodyPlan(
+                self.kernel.body, self.stored, self.scalar_loads, self.lane_uniform,
+                self.carried if variant.loop else None)
+        return _estimate(plan, len(self.kernel.loads), self.broadcast_loads, self.coordinates, variant)
+
+
 def estimate_kernel(kernel: Kernel, variant: VariantShape) -> int:
-    """`estimate_registers` for `variant` of a planned kernel (what build_kernel
-    passes, derived from the Kernel)."""
-    load_of = {ins.attr: n for n, ins in enumerate(kernel.body.instrs) if ins.op == "load"}
-    return estimate_registers(
-        kernel.body,
-        [i for _, i in kernel.stores] + [exit_value for _, exit_value in kernel.carried],
-        {load_of[v] for v in kernel.scalars},
-        len(kernel.loads),
-        sum(1 for a in kernel.loads if not a.contiguous and any(a.present)),
-        index_divisions(kernel.loads),
-        variant=variant,
-        lane_uniform={load_of[a.value] for a in lane_uniform_loads(kernel.loads)},
-        carried={loop_value for loop_value, _ in kernel.carried},
-    )
+    """`estimate_registers` for `variant` of a planned kernel."""
+    return KernelEstimate(kernel)(variant)
 
 
 def index_divisions(loads: Iterable[Access]) -> int:
@@ -249,7 +269,7 @@ def _registers(estimate: float) -> int:
 def _vector_pressure(plan: "_BodyPlan", lanes: int) -> float:
     """The lanes one after the other, or each instruction for all lanes
     together: whichever holds fewer values."""
-    return min(_walk(plan, lanes, 1), _walk(plan, lanes, lanes))
+    return min(plan.walk(lanes, 1), plan.walk(lanes, lanes))
 
 
 class _BodyPlan:
@@ -282,6 +302,41 @@ class _BodyPlan:
             for n in self.loads:
                 if n not in carried:
                     self.last[n] = self.last_lane[n] = len(self.steps)
+        self.stored_at = [set(self.stores_at.get(p, ())) for p in range(len(self.steps))]
+        self._walks: dict[tuple[int, int], float] = {}
+        self._lane_tables: dict[int, tuple] = {}
+
+    def lane_table(self, lanes: int) -> tuple[dict[int, tuple[float, float]], list[tuple]]:
+        """For `lanes` lanes: each value's registers (held once if lane-uniform, per
+        lane); per step, the value it computes (or None), whether it is lane-uniform,
+        whether nothing reads it, its scratch, the lanes of the values it stores."""
+        if lanes in self._lane_tables:
+            return self._lane_tables[lanes]
+        instrs, uniform = self.instrs, self.uniform
+        regs: dict[int, tuple[float, float]] = {}
+        for n in {*self.steps, *self.loads, *self.last, *self.stores} - {None}:
+            ins = instrs[n]
+            if n in uniform:
+                regs[n] = (_value_regs(ins), 0.0)
+            else:
+                regs[n] = (0, _lane_regs(ins, lanes) if ins.op == "load" else _value_regs(ins))
+        steps = []
+        for p, n in enumerate(self.steps):
+            store_lanes = sum(_lane_regs(instrs[s], lanes) for s in self.stores_at.get(p, ()))
+            if n is None:
+                steps.append((None, False, False, 0, store_lanes))
+            else:
+                steps.append((regs[n], n in uniform, n not in self.last,
+                               _scratch(instrs[n], 1 if n in uniform else lanes), store_lanes))
+        self._lane_tables[lanes] = regs, steps
+        return regs, steps
+
+    def walk(self, lanes: int, group: int) -> float:
+        """`_walk` of this body, remembered."""
+        key = (lanes, group)
+        if key not in self._walks:
+            self._walks[key] = _walk(self, lanes, group)
+        return self._walks[key]
 
     def _demand_order(self) -> tuple[list[int | None], dict[int, list[int]]]:
         steps: list[int | None] = []
@@ -334,40 +389,42 @@ def _walk(plan: _BodyPlan, lanes: int, group: int) -> float:
     """Peak registers of the body's values over `lanes` lanes, run `group` lanes
     at a time (each instruction for the group's lanes together); the loads are
     issued at the top."""
-    instrs, uniform = plan.instrs, plan.uniform
+    regs, steps = plan.lane_table(lanes)
     groups = -(-lanes // group)
-    release = _release_points(plan, groups)
-
-    def regs(n: int, count: int) -> float:
-        """Registers of value n over `count` lanes (a lane-uniform value is held once)."""
-        ins = instrs[n]
-        if n in uniform:
-            return _value_regs(ins)
-        return (_lane_regs(ins, lanes) if ins.op == "load" else _value_regs(ins)) * count
-
-    live = peak = sum(regs(n, lanes) for n in plan.loads)
+    # Values read for the last time at each step: (once, per lane, in which group or None: every),
+    # when the step's instruction runs, and when it is skipped (a lane-uniform value after group 0).
+    runs: dict[int, list[tuple[float, float, int | None]]] = {}
+    skipped: dict[int, list[tuple[float, float, int | None]]] = {}
+    for a, (g_at, p) in _release_points(plan, groups).items():
+        entry = (*regs[a], g_at)
+        runs.setdefault(p, []).append(entry)
+        if a in plan.stored_at[p]:
+            skipped.setdefault(p, []).append(entry)
+    live = peak = sum(once + per_lane * lanes for once, per_lane in map(regs.__getitem__, plan.loads))
+    vector = lanes > 1
     for g in range(groups):
         count = min(group, lanes - g * group)
-        for p, n in enumerate(plan.steps):
-            reads: set[int] = set()
-            if n is not None and not (n in uniform and g > 0):  # a lane-uniform value is computed once
-                ins = instrs[n]
-                live += regs(n, count)
-                peak = max(peak, live + _scratch(ins, 1 if n in uniform else lanes))
-                reads.update(ins.args)
-                if n not in plan.last:  # read by nothing: dead at once
-                    live -= regs(n, count)
-            stores = plan.stores_at.get(p, ())
-            reads.update(stores)
-            if lanes > 1:  # each stored value's lanes are held until its vector is whole
-                live += sum(_lane_regs(instrs[s], lanes) for s in stores) * count
-            for a in reads:
-                at = release.get(a)
-                if at is not None and at[1] == p and at[0] in (None, g):
-                    live -= regs(a, count)
-            peak = max(peak, live)
-            if lanes > 1 and g == groups - 1:  # the last lanes are in: the vector stores issue
-                live -= sum(_lane_regs(instrs[s], lanes) for s in stores) * lanes
+        last_group = g == groups - 1
+        for p, (value, is_uniform, dead, scratch, store_lanes) in enumerate(steps):
+            if value is not None and not (is_uniform and g > 0):  # a lane-uniform value is computed once
+                held = value[0] + value[1] * count
+                live += held
+                if live + scratch > peak:
+                    peak = live + scratch
+                if dead:  # read by nothing: dead at once
+                    live -= held
+                rel = runs.get(p, ())
+            else:
+                rel = skipped.get(p, ())
+            if vector:  # each stored value's lanes are held until its vector is whole
+                live += store_lanes * count
+            for once, per_lane, g_at in rel:
+                if g_at is None or g_at == g:
+                    live -= once + per_lane * count
+            if live > peak:
+                peak = live
+            if vector and last_group:  # the last lanes are in: the vector stores issue
+                live -= store_lanes * lanes
     return peak
 
 

@@ -21,7 +21,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
-from fusec.passes.regs import estimate_kernel, variant_shape
+from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -64,14 +64,15 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
     needed (passes.guard), in place of the estimate."""
     name = kernel.name
     observed = observed or {}
+    estimate = KernelEstimate(kernel)
 
     def regs(width: int) -> int:
-        return observed.get(width) or kernel_registers(kernel, form, width)
+        return observed.get(width) or estimate(variant_shape(form, width))
     match form:
         case Elementwise():
             scalar_regs = regs(1)
             scalar = Variant(name, 1, ElementGrid(), scalar_regs)
-            widest = vector_width(kernel, kernel_registers(kernel))
+            widest = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             options = [Variant(f"{name}_v{w}", w, ElementGrid(), regs(w),
                                _alignment(kernel, w, slot_of), whole_rows=kernel.needs_coordinates)
                        for w in _widths(widest)]
@@ -82,7 +83,7 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case MultiTensor():
-            width = vector_width(kernel, kernel_registers(kernel))
+            width = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)
         case _:
             unhandled(form)
