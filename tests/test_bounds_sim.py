@@ -8,6 +8,7 @@ from helpers import ROOT
 import fusec
 from fusec.compiler import compile_pipeline
 from fusec.runtime.backends.sim import SimBackend
+from fusec.types import BY_NAME
 from fusec.runtime.executor import Executor
 
 pytestmark = pytest.mark.sim
@@ -42,3 +43,15 @@ def test_a_correct_kernel_passes_and_writes_its_outputs():
     f = fusec.jit(str(ROOT / "examples/scale_bias_relu.fz"), backend="sim")
     x = np.linspace(-1, 1, 1001).astype(np.float32)
     np.testing.assert_array_equal(f(x, 2.0, 0.5), np.maximum(x * np.float32(2.0) + np.float32(0.5), 0))
+
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f64", "i8", "u16", "bool"])
+def test_every_element_type_passes_through_the_guards(dtype):
+    f = fusec.jit(f"pipeline p(x: {dtype}[n], inout h: {dtype}[n]) -> (y: {dtype}[n]) {{ y = x; h = x; }}",
+                  backend="sim")
+    x = (np.arange(37) % 3).astype(BY_NAME[dtype].numpy_dtype)
+    h = np.zeros_like(x)
+    y = f(x, h)
+    np.testing.assert_array_equal(y.view(np.uint8), x.view(np.uint8))
+    np.testing.assert_array_equal(h.view(np.uint8), x.view(np.uint8))

@@ -136,7 +136,8 @@ class _Guarded:
         size = array.nbytes
         self.buffer = np.full(size + 2 * GUARD_BYTES, GUARD_FILL, np.uint8)
         self.view = self.buffer[GUARD_BYTES:GUARD_BYTES + size]
-        self.view[...] = np.frombuffer(np.ascontiguousarray(array).data, np.uint8) if size else self.view
+        # Bytes through a view, not the buffer protocol: ml_dtypes' bfloat16 does not export one.
+        self.view[...] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
     @property
     def address(self) -> int:

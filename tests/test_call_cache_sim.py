@@ -1,0 +1,98 @@
+"""The plain call's fast path (`executor._Call`): a call whose arrays have the
+signatures of two earlier ones replays the launches recorded at the second,
+checking only its scalars. In the sim, against the reference and the checked path."""
+import numpy as np
+import pytest
+from helpers import ROOT
+
+import fusec
+from fusec.errors import ArgumentError
+
+pytestmark = pytest.mark.sim
+SBR = str(ROOT / "examples/scale_bias_relu.fz")
+
+
+def relu(x, s, b):
+    return np.maximum(x * np.float32(s) + np.float32(b), np.float32(0))
+
+
+def test_a_repeated_call_replays_with_new_scalars_and_new_outputs():
+    f = fusec.jit(SBR, backend="sim")
+    x = np.random.default_rng(0).standard_normal(1001).astype(np.float32)
+    f(x, 0.0, 0.0)
+    runner = f._runner
+    assert not runner._calls  # seen once: nothing recorded
+    y1 = f(x, 1.5, -0.25)
+    assert len(runner._calls) == 1  # seen twice: recorded
+    launched = len(runner.backend.launched)
+    y2 = f(x, -2.0, 0.5)  # the same array: the fast path, with the new scalars
+    assert len(runner._calls) == 1 and len(runner.backend.launched) == launched + 1
+    assert y2 is not y1
+    np.testing.assert_array_equal(y1, relu(x, 1.5, -0.25))
+    np.testing.assert_array_equal(y2, relu(x, -2.0, 0.5))
+    x[:] = -x  # new values at the same address
+    np.testing.assert_array_equal(f(x, 3.0, 0.0), relu(x, 3.0, 0.0))
+    f(x[:500], 1.0, 0.0)  # a new shape: checked
+    f(x[:500], 1.0, 0.0)
+    assert len(runner._calls) == 2
+
+
+def test_the_fast_path_still_checks_scalars():
+    f = fusec.jit(SBR, backend="sim")
+    x = np.ones(8, np.float32)
+    f(x, 1.0, 0.0)
+    f(x, 1.0, 0.0)
+    assert f._runner._calls
+    with pytest.raises(ArgumentError, match="parameter 's' is a scalar f32; got bool"):
+        f(x, True, 0.0)
+    with pytest.raises(ArgumentError, match="parameter 'b' is a scalar f32; got str"):
+        f(x, 1.0, "0")
+
+
+def test_inout_arrays_on_the_fast_path():
+    adam = str(ROOT / "examples/adam.fz")
+    f, reference = fusec.jit(adam, backend="sim"), fusec.jit(adam, backend="numpy")
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(5000).astype(np.float32) for _ in range(4)]
+    arrays[3] = np.abs(arrays[3])
+    expected = [a.copy() for a in arrays]
+    for step in range(1, 4):
+        scalars = (1e-3, 0.9, 0.999, 1e-8, 1 - 0.9 ** step, 1 - 0.999 ** step)
+        f(*arrays, *scalars)
+        reference(*expected, *scalars)
+    assert len(f._runner._calls) == 1
+    for a, e in zip(arrays, expected):
+        np.testing.assert_allclose(a, e, rtol=2e-5, atol=1e-6)
+
+
+def test_repeat_counts_on_the_fast_path():
+    mod = fusec.jit(str(ROOT / "tests/programs/repeat.fz"), backend="sim")
+    reference = fusec.jit(str(ROOT / "tests/programs/repeat.fz"), backend="numpy")
+    pipeline = mod.program.pipeline("counted")
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(300).astype(np.float32) if p.shape is not None else
+            (3 if p.type.is_int else 0.5) for p in pipeline.params]
+    counts = [i for i, p in enumerate(pipeline.params) if p.shape is None and p.type.is_int]
+    expected = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    for count in (3, 3, 0, 5, 3, 0, 5, 3):  # the same arrays throughout; each count its own launch sequence
+        for i in counts:
+            args[i] = expected[i] = count
+        np.testing.assert_allclose(mod.counted(*args), reference.counted(*expected), rtol=2e-5, atol=1e-6)
+    assert len(mod.counted._runner._calls) == 3
+    for i in counts:
+        args[i] = 3.0
+    with pytest.raises(ArgumentError, match="is i32; got a float"):
+        mod.counted(*args)  # 3.0 == 3, but a float count is its own key: checked, and refused
+
+
+def test_new_outputs_that_miss_the_alignment_take_the_checked_path():
+    f = fusec.jit(SBR, backend="sim")
+    x = np.ones(4096, np.float32)
+    f(x, 1.0, 0.0)
+    f(x, 1.0, 0.0)
+    (call,) = f._runner._calls.values()
+    assert call.alignment  # the vector variant ran: the new output must be aligned too
+    call.empty = lambda shape, dtype: np.empty(int(np.prod(shape)) + 1, dtype)[1:].reshape(shape)
+    y = f(x, 2.0, 1.0)
+    np.testing.assert_array_equal(y, 3.0)
+    assert y.ctypes.data % 16 == 0  # the checked path's own output, not the misaligned one

@@ -1,0 +1,75 @@
+"""The nvcc tier: every emitted module compiles for sm_90 and no kernel
+spills. The register estimate of every variant (fusec.passes.regs, per
+VariantShape) is held to ptxas in test_estimate_nvcc.py, over a corpus that
+holds these programs in every form."""
+import re
+import subprocess
+
+import pytest
+from helpers import pipelines
+
+from fusec.compiler import CompileOptions, compile_pipeline
+
+pytestmark = pytest.mark.nvcc
+PIPELINES = pipelines()
+
+
+def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
+    """kernel name -> (registers, spill bytes), from `nvcc -Xptxas -v`."""
+    src = tmp_path / "module.cu"
+    src.write_text(cuda)
+    proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "m.cubin"),
+                           str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    usage, current, spills = {}, None, 0
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            current = m.group(1)
+        if m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            spills = int(m.group(1)) + int(m.group(2))
+        if m := re.search(r"Used (\d+) registers", line):
+            usage[current] = (int(m.group(1)), spills)
+    return usage
+
+
+@pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
+@pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
+def test_compiles_without_spills(tmp_path, ident, program, name, form):
+    compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
+    interface = compiled.interface
+    usage = ptxas_usage(compiled.cuda, tmp_path)
+    assert set(usage) == {v.name for k in interface.kernels for v in k.variants}
+    for launch in interface.kernels:
+        for variant in launch.variants:
+            regs, spills = usage[variant.name]
+            assert spills == 0, f"{variant.name} spills {spills} bytes"
+
+
+def multi_tensor_pipelines():
+    """The pipelines foreach can run: one elementwise kernel, no broadcast."""
+    out = []
+    for ident, program, name in PIPELINES:
+        try:
+            out.append((ident, compile_pipeline(program, name, CompileOptions(multi_tensor=True))))
+        except ValueError:
+            pass
+    return out
+
+
+MULTI_TENSOR = multi_tensor_pipelines()
+
+
+@pytest.mark.parametrize("ident,compiled", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
+def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
+    """foreach's kernel (a vector loop and an element loop per work item) must
+    not spill (its estimate: test_estimate_nvcc.py)."""
+    ((launch,),) = [compiled.interface.kernels]
+    (variant,) = launch.variants
+    regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant.name]
+    assert spills == 0, (variant.name, regs, spills)
+
+
+def test_multi_tensor_kernels_cover_the_examples():
+    idents = {ident for ident, _ in MULTI_TENSOR}
+    assert {"adam:adam", "scale_bias_relu:scale_bias_relu", "quantize:quantize"} <= idents
+    assert "time_step:time_step" not in idents and "bias_gelu:bias_gelu" not in idents

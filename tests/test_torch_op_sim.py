@@ -1,0 +1,228 @@
+"""fusec.torch_op on CPU tensors (sim tier: the op's CPU kernel runs the sim;
+a few run the numpy backend): torch.library.opcheck, torch.compile(fullgraph=True)
+models calling the op, the fake implementation's shapes, dtypes and errors,
+and no recompilation for a new float argument."""
+import itertools
+
+import numpy as np
+import pytest
+from helpers import ROOT, load_program
+
+import fusec
+from fusec.errors import ArgumentError
+from fusec.reference import run as reference
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.sim
+
+_names = itertools.count()
+
+BIAS_GELU = """
+pipeline bias_gelu(x: f32[rows, cols], b: f32[cols], scale: f32) -> (y: f32[rows, cols]) {
+    h = x + b;
+    y = scale * 0.5 * h * (1.0 + tanh(0.7978845608 * (h + 0.044715 * h * h * h)));
+}
+"""
+
+SPLIT = """
+pipeline split(x: bf16[n, 4], k: i32, flag: bool) -> (lo: bf16[n, 4], hi: f32[n, 4], big: bool[n, 4]) {
+    lo = min(x, 0.0);
+    hi = flag ? f32(max(x, 0.0)) * f32(k) : 0.0;
+    big = x > 1.0;
+}
+"""
+
+
+def unique(name: str) -> str:
+    """A new op name per registration: torch keeps ops for the whole process."""
+    return f"fusec_test::{name}_{next(_names)}"
+
+
+def bias_gelu_torch(x, b, scale):
+    h = x + b
+    return scale * 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+
+
+def test_schema_from_the_signature():
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    assert op.schema == "(Tensor x, Tensor b, Scalar scale) -> Tensor"
+    split = fusec.torch_op(SPLIT, name=unique("split"))
+    assert split.schema == "(Tensor x, SymInt k, bool flag) -> (Tensor, Tensor, Tensor)"
+    adam = fusec.torch_op(str(ROOT / "examples/adam.fz"), name=unique("adam"))
+    assert adam.schema == ("(Tensor(a!) param, Tensor grad, Tensor(b!) m, Tensor(c!) v, Scalar lr, Scalar beta1, "
+                           "Scalar beta2, Scalar eps, Scalar bc1, Scalar bc2) -> ()")
+
+
+@pytest.mark.parametrize("backend", ["sim", "numpy"])
+def test_opcheck_and_results(backend):
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), backend=backend)
+    x, b = torch.randn(5, 7), torch.randn(7)
+    torch.library.opcheck(op.op, (x, b, 0.5))
+    torch.testing.assert_close(op(x, b, 0.5), bias_gelu_torch(x, b, 0.5), rtol=2e-5, atol=1e-6)
+
+
+def test_opcheck_several_outputs_of_several_dtypes():
+    op = fusec.torch_op(SPLIT, name=unique("split"))
+    x = torch.randn(6, 4).to(torch.bfloat16) * 2
+    torch.library.opcheck(op.op, (x, 3, True))
+    lo, hi, big = op(x, 3, True)
+    assert (lo.dtype, hi.dtype, big.dtype) == (torch.bfloat16, torch.float32, torch.bool)
+    assert torch.equal(lo, torch.clamp(x, max=0.0))
+    assert torch.equal(hi, torch.clamp(x, min=0.0).float() * 3)
+    assert torch.equal(big, x > 1.0)
+
+
+def test_opcheck_inout_arguments_are_mutated_in_place():
+    program = load_program(ROOT / "examples/bias_gelu.fz")
+    op = fusec.torch_op(str(ROOT / "examples/bias_gelu.fz"), name=unique("bias_gelu_inplace"))
+    h, b = torch.randn(4, 16).half(), torch.randn(16).half()
+    torch.library.opcheck(op.op, (h.clone(), b))
+    expected = h.numpy().copy()
+    reference(program, "bias_gelu", expected, b.numpy())
+    address = h.data_ptr()
+    assert op(h, b) is None
+    assert h.data_ptr() == address
+    np.testing.assert_array_equal(h.numpy(), expected)
+
+
+def test_a_traced_function_as_an_op():
+    def swish_gate(gate: torch.Tensor, up: torch.Tensor, beta: float) -> torch.Tensor:
+        return gate * fusec.sigmoid(beta * gate) * up
+
+    op = fusec.torch_op(swish_gate, name=unique("swish_gate"))
+    assert op.schema == "(Tensor gate, Tensor up, Scalar beta) -> Tensor"
+    gate, up = torch.randn(3, 8), torch.randn(3, 8)
+    torch.library.opcheck(op.op, (gate, up, 1.5))
+    torch.testing.assert_close(op(gate, up, 1.5), gate * torch.sigmoid(1.5 * gate) * up, rtol=2e-5, atol=1e-6)
+    torch.testing.assert_close(op(gate, up, 2), gate * torch.sigmoid(2 * gate) * up, rtol=2e-5, atol=1e-6)
+
+
+class BiasGeluMLP(torch.nn.Module):
+    def __init__(self, op, width: int):
+        super().__init__()
+        self.op = op
+        self.linear = torch.nn.Linear(width, width)
+        self.bias = torch.nn.Parameter(torch.randn(width))
+
+    def forward(self, x, scale):
+        return self.op(self.linear(x), self.bias, scale).sum(-1)
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs Dynamo hands it (one per compilation)."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@torch.no_grad()
+def test_compiled_model_with_the_op_has_no_graph_break():
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    model = BiasGeluMLP(op, 16)
+    x = torch.randn(8, 16)
+    compiled = torch.compile(model, fullgraph=True)  # Inductor; fullgraph: a graph break raises
+    torch.testing.assert_close(compiled(x, 0.5), model(x, 0.5), rtol=1e-5, atol=1e-5)
+    explained = torch._dynamo.explain(model)(x, 0.5)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_new_float_argument_does_not_recompile(dynamic):
+    """Five learning rates: Dynamo compiles the first as a constant, and the
+    first change once more with the float as an input (as it does for torch's
+    own ops); no later value recompiles. dynamic=True skips the first. (Had
+    the schema said `float`, every value would recompile.)"""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    model = BiasGeluMLP(op, 16)
+    backend = CountingBackend()
+    compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
+    x = torch.randn(8, 16)
+    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
+        torch.testing.assert_close(compiled(x, scale), model(x, scale), rtol=1e-5, atol=1e-5)
+    assert backend.graphs == (1 if dynamic else 2)
+
+
+@torch.no_grad()
+def test_compiled_model_mutating_a_buffer_in_place():
+    op = fusec.torch_op(str(ROOT / "examples/bias_gelu.fz"), name=unique("bias_gelu_inplace"))
+
+    def step(h, b):
+        h = h * 2
+        op(h, b)
+        return h + 1
+
+    h, b = torch.randn(4, 32).half(), torch.randn(32).half()
+    compiled = torch.compile(step, fullgraph=True)
+    assert torch.equal(compiled(h, b), step(h, b))
+
+
+def test_fake_implementation_checks_shapes_and_dtypes():
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    compiled = torch.compile(lambda x, b: op(x, b, 1.0), backend=CountingBackend(), fullgraph=True)
+    with pytest.raises(Exception, match=r"dim 'cols' is 6 here but 7 from parameter 'x'"):
+        compiled(torch.randn(5, 7), torch.randn(6))
+    with pytest.raises(Exception, match=r"parameter 'b': expected dtype f32 \(torch.float32\), got torch.float16"):
+        compiled(torch.randn(5, 7), torch.randn(7).half())
+    with pytest.raises(ArgumentError, match=r"parameter 'b' is on meta, but 'x' is on cpu"):
+        op(torch.randn(5, 7), torch.randn(7, device="meta"), 1.0)
+
+
+def test_fake_implementation_gives_outputs_from_the_dims():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    op = fusec.torch_op(SPLIT, name=unique("split"))
+    with FakeTensorMode():
+        lo, hi, big = op(torch.empty(9, 4, dtype=torch.bfloat16), 2, False)
+    assert [t.shape for t in (lo, hi, big)] == [(9, 4)] * 3
+    assert [t.dtype for t in (lo, hi, big)] == [torch.bfloat16, torch.float32, torch.bool]
+
+
+def test_bad_registrations_are_clear():
+    with pytest.raises(ValueError, match="several pipelines"):
+        fusec.torch_op(BIAS_GELU + SPLIT, name=unique("two"))
+    with pytest.raises(TypeError, match="has no option graph"):
+        fusec.torch_op(BIAS_GELU, name=unique("graph"), graph=True)
+
+    def unannotated(x, s: float) -> torch.Tensor:
+        return x * s
+    with pytest.raises(TypeError, match=r"annotate unannotated's parameter 'x'"):
+        fusec.torch_op(unannotated, name=unique("unannotated"))
+
+    def no_result(x: torch.Tensor):
+        return x
+    with pytest.raises(TypeError, match="annotate what no_result returns"):
+        fusec.torch_op(no_result, name=unique("no_result"))
+
+
+def test_a_traced_function_returning_what_its_annotation_does_not_say():
+    def two(x: torch.Tensor) -> torch.Tensor:
+        return x + 1, x - 1
+
+    op = fusec.torch_op(two, name=unique("two"))
+    with pytest.raises(TypeError, match="two returns 2 arrays, but its annotation says 1"):
+        op(torch.ones(3))
+
+
+def test_cpu_tensors_on_an_op_registered_for_cuda():
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), backend="cuda")
+    with pytest.raises(ArgumentError, match="registered with backend='cuda': it takes CUDA tensors"):
+        op(torch.ones(2, 3), torch.ones(3), 1.0)
+
+
+def test_importing_fusec_does_not_import_torch():
+    import subprocess
+    import sys
+    code = "import sys, fusec; fusec.jit('pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }', backend='numpy'); " \
+           "assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
