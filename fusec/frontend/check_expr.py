@@ -309,11 +309,15 @@ class ExprChecker:
 
     def _builtin(self, node: syntax.Call, args: list[Typed], rule: str) -> Strong:
         what = f"arguments of {node.func}()"
-        common = args[0] if isinstance(args[0], Strong) else None
-        common_type = common.type if common else default_type(args[0].kind)
-        if common and common.type is None:
+        # A literal takes the type of the typed arguments wherever it stands: min(1, x) as min(x, 1).
+        strong = [a for a in args if isinstance(a, Strong)]
+        if any(a.type is None for a in strong):
             return POISON
-        for other in args[1:]:
+        if strong:
+            common_type = strong[0].type
+        else:
+            common_type = default_type("float" if any(a.kind == "float" for a in args) else "int")
+        for other in args:
             common_type = self.join(Strong(0, common_type), other, node.loc, what)
             if common_type is None:
                 return POISON

@@ -296,7 +296,7 @@ class PipelineChecker:
                     self.diags.error(target.loc, f"a value of shape {fmt_shape(value_shape)} does not fit "
                                                  f"'{target.id}' of shape {fmt_shape(slot.shape)}")
                     ok = False
-                elif [self.dims.find(d) for d in slot.shape] != [self.dims.find(d) for d in space]:
+                elif not self._same_shape(slot.shape, space, target.loc):
                     self.diags.error(target.loc, "the targets of one statement must have the same shape")
                     ok = False
         if not ok:
@@ -315,7 +315,7 @@ class PipelineChecker:
                 self._mark_assigned(slot.name)
             return slot
         vtype = value.type if isinstance(value, Strong) else default_type(value.kind)
-        if slot is not None and slot.type == vtype and slot.shape == shape:
+        if slot is not None and slot.type == vtype and self._canonical_shape(slot.shape) == self._canonical_shape(shape):
             return slot
         if slot is not None and in_repeat and target.id in self.repeat_outer[-1]:
             self.diags.error(target.loc, f"'{target.id}' is carried around the repeat loop, so it must keep "
@@ -329,6 +329,15 @@ class PipelineChecker:
         return new
 
     # ---- canonical shapes (dims that met in a broadcast share one name)
+    def _canonical_shape(self, shape: Shape) -> Shape:
+        return tuple(self.dims.find(d) for d in shape)
+
+    def _same_shape(self, a: Shape, b: Shape, loc) -> bool:
+        """Shapes one kernel can cover: named dims are equated (checked at call time), as a broadcast would."""
+        if len(a) != len(b) or any((self.dims.find(x) == 1) != (self.dims.find(y) == 1) for x, y in zip(a, b)):
+            return False
+        return all(self.dims.union(x, y, loc) for x, y in zip(a, b))
+
     def _canonical(self, slot: Slot) -> Slot:
         if slot.role != "temp":
             return slot

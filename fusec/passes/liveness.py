@@ -35,6 +35,10 @@ def live_stages(graph: StageGraph) -> frozenset[int]:
 
 
 def needed_after(graph: StageGraph, loop: Loop, live: frozenset[int]) -> set[str]:
-    """A loop's values that must reach memory: pipeline results, or read by live stages after it."""
+    """A loop's values that must reach memory: pipeline results, read by live
+    stages after it, or the entry value of a later loop with a live stage (that
+    loop reads it from the slot's buffer when it starts)."""
     later = {v for j in range(loop.stop, len(graph.stages)) if j in live for v in graph.stages[j].reads()}
+    later |= {entry for other in graph.loops if other.start >= loop.stop
+              and any(j in live for j in range(other.start, other.stop)) for entry in other.entries}
     return {lv for lv, _ in loop.carried if lv in graph.results or lv in later}
