@@ -9,7 +9,7 @@ from fusec.jit import jit  # noqa: E402
 __all__ += ["jit"]
 
 from fusec.frontend.trace import FUNCTIONS as _FUNCTIONS  # noqa: E402
-from fusec.frontend.trace import TraceError, cast
+from fusec.frontend.trace import TraceError, cast  # noqa: E402
 
 globals().update(_FUNCTIONS)
 __all__ += ["TraceError", "cast", *_FUNCTIONS]

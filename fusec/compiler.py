@@ -1,21 +1,24 @@
 """The compiler driver: the passes, listed once, in order.
 
-    checked IR --lower--> StageGraph --fuse--> Partition --plan--> LaunchInterface --emit--> CUDA C
+    checked IR --lower--> StageGraph --recompute--> StageGraph --fuse--> Partition --plan--> LaunchInterface
+        --emit--> CUDA C
 
 `compile_pipeline` runs them all and keeps every stage's output, so that
 `fusec compile --emit ir|report|cuda` can show any of them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 
 from fusec.codegen.emit import emit_module
 from fusec.ir.launch import LaunchInterface
 from fusec.ir.program import Program
 from fusec.ir.stages import StageGraph
-from fusec.passes.fusion import FUSE_MODES, FusionOptions, Partition, fuse
+from fusec.passes.fusion import FUSE_MODES, FusionOptions, Partition, best_partition, fuse
 from fusec.passes.lower import lower
 from fusec.passes.plan import PlanOptions, plan_launches
+from fusec.passes.recompute import recompute
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 
@@ -56,9 +59,12 @@ class Compiled:
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     pipeline = program.pipeline(name)
     graph = lower(program, pipeline)
-    partition = fuse(graph, FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch,
-                                          groups=options.partition, observed=options.observed,
-                                          fast_math=options.fast_math))
+    fusion = FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch, fast_math=options.fast_math)
+    recomputed: list = []
+    if options.fuse == "auto":
+        graph, recomputed = recompute(graph, functools.partial(best_partition, options=fusion))
+    partition = fuse(graph, replace(fusion, groups=options.partition, observed=options.observed))
+    partition = replace(partition, decisions=tuple(recomputed) + partition.decisions)
     interface = plan_launches(pipeline, graph, partition,
                               PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
                                           grid_stride=options.persistent, multi_tensor=options.multi_tensor,

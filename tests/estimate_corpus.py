@@ -27,19 +27,23 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
+
+from helpers import PROGRAMS
 
 from fusec.codegen.emit import emit_module
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source
 from fusec.ir.kernels import Kernel
-from fusec.ir.launch import Elementwise, GridStride, KernelLaunch, MultiTensor, RegisterLoop
+from fusec.ir.launch import (
+    Elementwise,
+    GridStride,
+    KernelLaunch,
+    MultiTensor,
+    RegisterLoop,
+)
 from fusec.passes.regs import VariantShape, estimate_kernel, variant_shape
 
-ROOT = Path(__file__).resolve().parent.parent
-# The examples and the test programs: the kernels users write.
-PROGRAMS = sorted((ROOT / "examples").glob("*.fz")) + sorted((ROOT / "tests" / "programs").glob("*.fz"))
 # Math functions that expand into libdevice code, and cheap ones that do not.
 TRANSCENDENTAL = ("exp", "tanh", "sin", "cos", "log1p", "erf", "sqrt", "sigmoid", "atan", "expm1", "log", "cbrt",
                   "exp2", "rsqrt", "sinh", "cosh", "tan", "asin", "acos", "log2", "log10")

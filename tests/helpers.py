@@ -1,4 +1,7 @@
 """Shared by the test tiers: the programs to compile, and random arguments for them."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import ml_dtypes
@@ -8,7 +11,17 @@ from fusec.errors import Source
 from fusec.frontend import check_source
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAMS = sorted((ROOT / "examples").glob("*.fz")) + sorted((ROOT / "tests" / "programs").glob("*.fz"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))
+PROGRAMS = EXAMPLES + sorted((ROOT / "tests" / "programs").glob("*.fz"))
+
+# The test tiers beyond the unit tier: a file test_*_TIER.py holds that tier's tests.
+TIERS = ("nvcc", "sim", "gpu")
+
+
+def tier_of(path) -> str | None:
+    """The tier a test file's name says (None: the unit tier)."""
+    last = Path(path).stem.rsplit("_", 1)[-1]
+    return last if last in TIERS else None
 
 
 def load_program(path: Path):
@@ -50,6 +63,39 @@ def random_args(pipeline, size: int, seed: int = 0):
         else:
             args.append(rng.standard_normal(shape).astype(np.float32).astype(dtype))
     return args
+
+
+
+def python_process(code: str, cache_dir, **env) -> subprocess.CompletedProcess:
+    """Runs `code` in a new Python process with its own fusec cache folder."""
+    environment = dict(os.environ, FUSEC_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join(sys.path), **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, cwd=ROOT,
+                          timeout=120)
+
+
+# A two-file C++ library for the host compiler's tests: add(2, 3) is 1005.
+ADD = {"add.cpp": '#include "add.h"\nextern "C" int add(int a, int b) { return a + b + OFFSET; }\n',
+       "add.h": "#define OFFSET 1000\n"}
+
+
+# Ways a cached file is found damaged (each is rebuilt, never trusted).
+DAMAGE = {
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "empty": lambda path: path.write_bytes(b""),
+    "one_bit_flipped": lambda path: path.write_bytes(flip(path.read_bytes())),
+    "digest_missing": lambda path: path.with_name(path.name + ".sha256").unlink(),
+    "garbage_digest": lambda path: path.with_name(path.name + ".sha256").write_bytes(b"\xff" * 70),
+    "a_folder": lambda path: (path.unlink(), path.mkdir()),
+}
+
+
+def flip(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
+
+def gelu(x):
+    """GELU's tanh approximation, written as NumPy code (a function to trace)."""
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
 
 
 def tolerance(dtype) -> dict:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
+from helpers import PROGRAMS
 
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import ArgumentError, FzError, Source
@@ -23,9 +23,6 @@ from fusec.frontend.check import check_program
 from fusec.frontend.parser import parse
 from fusec.ir.program import Repeat
 from fusec.reference import run
-
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "examples").glob("*.fz")) + sorted((ROOT / "tests" / "programs").glob("*.fz"))
 
 TOKEN = re.compile(r"\s+|#[^\n]*|//[^\n]*|0[xX][0-9a-fA-F]+|\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
                    r"|\d+(?:[eE][+-]?\d+)?|[A-Za-z_]\w*|\*\*|&&|\|\||[<>=!]=|->|.", re.S)
@@ -164,7 +161,7 @@ def _arguments(pipeline) -> list:
 def campaign(count: int, seed: int = 0) -> dict:
     """Mutates `count` inputs; returns the figures and the failing inputs."""
     rng = random.Random(seed)
-    texts = [path.read_text() for path in SOURCES]
+    texts = [path.read_text() for path in PROGRAMS]
     figures = {"inputs": 0, "accepted": 0, "parse error": 0, "check error": 0, "failures": []}
     for _ in range(count):
         text = mutate(rng.choice(texts), rng)

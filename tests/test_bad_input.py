@@ -5,7 +5,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 VALID = ("stage scale(x: f32, s: f32) -> f32 { return x * s; }\n"
          "pipeline p(x: f32[n], s: f32) -> (y: f32[n]) { y = scale(x, s); }\n")

@@ -1,9 +1,7 @@
-"""The disk cache (`fusec.cache`) and the host compiler that builds through it.
-
-Unit tier, except the tests marked `sim` (they run g++). Every process that
-these tests start gets a cache folder of its own.
+"""The disk cache (`fusec.cache`): where it is, its entries' integrity, several
+processes at once, and an unwritable cache. Unit tier. Every process that
+these tests start gets a cache folder of its own (the `fresh_cache` fixture).
 """
-import ctypes
 import os
 import subprocess
 import sys
@@ -11,36 +9,15 @@ import warnings
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import DAMAGE, ROOT, flip, python_process
 
 from fusec import cache
-from fusec.runtime.host_compiler import (
-    HostCompilerError,
-    HostCompilerNotFound,
-    compile_shared_library,
-)
 
 EXAMPLE = str(ROOT / "examples" / "scale_bias_relu.fz")
-ADD = {"add.cpp": '#include "add.h"\nextern "C" int add(int a, int b) { return a + b + OFFSET; }\n',
-       "add.h": "#define OFFSET 1000\n"}
-
-
-@pytest.fixture
-def fresh(tmp_path, monkeypatch):
-    """An empty cache for this test (and its child processes)."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FUSEC_CACHE_DIR", str(folder))
-    return folder
-
-
-def python(code: str, cache_dir, **env) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, FUSEC_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join(sys.path), **env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, cwd=ROOT,
-                          timeout=120)
 
 
 def fusec(*args, cache_dir, **env) -> subprocess.CompletedProcess:
-    return python(f"import sys; from fusec.cli import main; sys.exit(main({list(args)!r}))", cache_dir, **env)
+    return python_process(f"import sys; from fusec.cli import main; sys.exit(main({list(args)!r}))", cache_dir, **env)
 
 
 # ---- where the cache is
@@ -71,7 +48,7 @@ def test_a_compile_writes_only_under_xdg_cache_home(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
-def test_bad_kinds_and_keys_are_refused(fresh):
+def test_bad_kinds_and_keys_are_refused(fresh_cache):
     with pytest.raises(ValueError, match="kind: expected one of grammar, templates, sim, cuda"):
         cache.entry("nope", "abc")
     for key in ("../escape", "a/b", "", ".."):
@@ -81,7 +58,7 @@ def test_bad_kinds_and_keys_are_refused(fresh):
 
 # ---- entries: built once, published whole, damaged ones rebuilt
 
-def test_load_or_build_builds_once_then_reads(fresh):
+def test_load_or_build_builds_once_then_reads(fresh_cache):
     calls = []
 
     def build():
@@ -90,26 +67,11 @@ def test_load_or_build_builds_once_then_reads(fresh):
     assert cache.load_or_build("cuda", "k1", ".ptx", build) == b"tables"
     assert cache.load_or_build("cuda", "k1", ".ptx", build) == b"tables"
     assert len(calls) == 1
-    assert sorted(p.name for p in (fresh / "cuda").iterdir()) == ["k1.ptx", "k1.ptx.lock", "k1.ptx.sha256"]
-
-
-DAMAGE = {
-    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
-    "empty": lambda path: path.write_bytes(b""),
-    "one_bit_flipped": lambda path: path.write_bytes(_flip(path.read_bytes())),
-    "digest_missing": lambda path: path.with_name(path.name + ".sha256").unlink(),
-    "garbage_digest": lambda path: path.with_name(path.name + ".sha256").write_bytes(b"\xff" * 70),
-    "a_folder": lambda path: (path.unlink(), path.mkdir()),
-}
-
-
-def _flip(data: bytes) -> bytes:
-    middle = len(data) // 2
-    return data[:middle] + bytes([data[middle] ^ 0x10]) + data[middle + 1:]
+    assert sorted(p.name for p in (fresh_cache / "cuda").iterdir()) == ["k1.ptx", "k1.ptx.lock", "k1.ptx.sha256"]
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_entry_is_rebuilt(fresh, damage):
+def test_a_damaged_entry_is_rebuilt(fresh_cache, damage):
     content = bytes(range(256)) * 8
     cache.load_or_build("cuda", "k", ".cubin", lambda: content)
     DAMAGE[damage](cache.entry("cuda", "k", ".cubin"))
@@ -122,20 +84,20 @@ def test_a_damaged_entry_is_rebuilt(fresh, damage):
     assert cache.read("cuda", "k", ".cubin") == content  # and what was rebuilt is intact
 
 
-def test_validate_refuses_an_entry_and_it_is_rebuilt(fresh):
+def test_validate_refuses_an_entry_and_it_is_rebuilt(fresh_cache):
     cache.load_or_build("cuda", "k", ".ptx", lambda: b"old")
     assert cache.load_or_build("cuda", "k", ".ptx", lambda: b"new", validate=lambda data: data == b"new") == b"new"
     assert cache.read("cuda", "k", ".ptx") == b"new"
 
 
-def test_a_failed_build_leaves_no_entry_and_no_scratch(fresh):
+def test_a_failed_build_leaves_no_entry_and_no_scratch(fresh_cache):
     def build(path):
         path.write_bytes(b"half")
         raise RuntimeError("compiler died")
     with pytest.raises(RuntimeError, match="compiler died"):
         cache.build_file("sim", "k", ".so", build)
     assert cache.read("sim", "k", ".so") is None
-    assert [p.name for p in (fresh / "sim").iterdir()] == ["k.so.lock"]
+    assert [p.name for p in (fresh_cache / "sim").iterdir()] == ["k.so.lock"]
 
 
 # Records every file a process opens for writing under the cache.
@@ -152,18 +114,18 @@ sys.addaudithook(hook)
 """
 
 
-def test_no_cached_file_is_written_in_place(fresh):
+def test_no_cached_file_is_written_in_place(fresh_cache):
     """Every file written under the cache is a temporary that is renamed (only lock files stay open)."""
-    fresh.mkdir()
+    fresh_cache.mkdir()
     code = _AUDIT + f"""
 from fusec.cli import main
 assert main(["compile", {EXAMPLE!r}, "-o", os.devnull]) == 0
 print("\\n".join(written))
 """
-    proc = python(code, fresh)
+    proc = python_process(code, fresh_cache)
     assert proc.returncode == 0, proc.stderr
     written = [Path(p) for p in proc.stdout.split()]
-    assert {p.relative_to(fresh).parts[0] for p in written} == {"grammar", "templates"}
+    assert {p.relative_to(fresh_cache).parts[0] for p in written} == {"grammar", "templates"}
     in_place = [p for p in written if p.exists() and not p.name.endswith(".lock")]
     assert in_place == [], "written in place (a reader could see half of it)"
 
@@ -172,31 +134,31 @@ print("\\n".join(written))
 HEADER_KEPT = {
     "truncated": lambda data: data[: len(data) // 2],
     "garbage_after_header": lambda data: data[:16] + b"\x80garbage" * 8,
-    "one_bit_flipped": _flip,
+    "one_bit_flipped": flip,
 }
 
 
 @pytest.mark.parametrize("damage", sorted(HEADER_KEPT))
-def test_a_damaged_grammar_or_template_cache_is_rebuilt(fresh, damage):
+def test_a_damaged_grammar_or_template_cache_is_rebuilt(fresh_cache, damage):
     """Every file of a warm cache damaged: the same output, no error."""
-    first = fusec("compile", EXAMPLE, cache_dir=fresh)
+    first = fusec("compile", EXAMPLE, cache_dir=fresh_cache)
     assert first.returncode == 0, first.stderr
-    entries = [p for p in fresh.rglob("*") if p.is_file() and p.suffix not in (".lock", ".sha256")]
+    entries = [p for p in fresh_cache.rglob("*") if p.is_file() and p.suffix not in (".lock", ".sha256")]
     assert {p.parent.name for p in entries} == {"grammar", "templates"}
     for path in entries:
         path.write_bytes(HEADER_KEPT[damage](path.read_bytes()))
-    again = fusec("compile", EXAMPLE, cache_dir=fresh)
+    again = fusec("compile", EXAMPLE, cache_dir=fresh_cache)
     assert (again.returncode, again.stdout, again.stderr) == (0, first.stdout, "")
 
 
-def test_concurrent_builders_build_once(fresh):
+def test_concurrent_builders_build_once(fresh_cache):
     """Six processes want one entry at once: one builds, all read the whole of it."""
-    fresh.mkdir()
+    fresh_cache.mkdir()
     code = f"""
 import time
 from fusec import cache
 def build():
-    with open({str(fresh / "builds")!r}, "a") as log:
+    with open({str(fresh_cache / "builds")!r}, "a") as log:
         log.write("built\\n")
     time.sleep(0.5)
     return b"x" * 1_000_000
@@ -206,7 +168,7 @@ assert cache.load_or_build("cuda", "shared", ".cubin", build) == b"x" * 1_000_00
                               stderr=subprocess.PIPE, text=True) for _ in range(6)]
     errors = [p.communicate(timeout=60)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
-    assert (fresh / "builds").read_text() == "built\n"
+    assert (fresh_cache / "builds").read_text() == "built\n"
 
 
 # ---- a cache that cannot be written
@@ -229,7 +191,7 @@ assert main(["compile", %r, "-o", %r]) == 0
 from fusec import cache
 print(cache.load_or_build("cuda", "k", ".ptx", lambda: b"ptx"), cache.directory("sim"))
 """ % (EXAMPLE, str(tmp_path / "out.cu"))
-    proc = python(code, folder)
+    proc = python_process(code, folder)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("Warning: ") == 1, proc.stderr
     (warning,) = [line for line in proc.stderr.splitlines() if "Warning: " in line]
@@ -251,90 +213,3 @@ def test_the_fallback_is_used_in_process(tmp_path, monkeypatch):
     assert len(caught) == 1 and caught[0].category is RuntimeWarning
     assert grammar.parent == cuda.parent and cache.read("cuda", "k", ".ptx") == b"ptx"
 
-
-# ---- the host compiler (g++)
-
-def _add(library: Path) -> int:
-    lib = ctypes.CDLL(str(library))
-    lib.add.argtypes, lib.add.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return lib.add(2, 3)
-
-
-@pytest.mark.sim
-def test_compile_shared_library_builds_once_and_loads(fresh):
-    library = compile_shared_library(ADD, flags=["-O1"])
-    assert _add(library) == 1005
-    assert compile_shared_library(ADD, flags=["-O1"]) == library
-    assert compile_shared_library(ADD, flags=["-O2"]) != library  # flags are part of the key
-    assert compile_shared_library(ADD, key_parts=["shim v2"], flags=["-O1"]) != library
-
-
-_BUILD_AND_CALL = f"""
-import ctypes, sys
-from fusec.runtime.host_compiler import compile_shared_library
-lib = ctypes.CDLL(str(compile_shared_library({ADD!r}, flags=["-O1"])))
-sys.exit(0 if lib.add(2, 3) == 1005 else 1)
-"""
-
-
-@pytest.mark.sim
-def test_six_processes_build_one_module_at_once(fresh):
-    fresh.mkdir()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    procs = [subprocess.Popen([sys.executable, "-c", _BUILD_AND_CALL], env=env, stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
-    errors = [p.communicate(timeout=120)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, errors
-    assert len(list((fresh / "sim").glob("*.so"))) == 1
-
-
-@pytest.mark.sim
-@pytest.mark.parametrize("damage", ["truncated", "empty", "one_bit_flipped"])
-def test_a_damaged_library_is_rebuilt_not_loaded(fresh, damage):
-    """A truncated .so is never dlopened (that kills the process with SIGBUS)."""
-    library = compile_shared_library(ADD, flags=["-O1"])
-    DAMAGE[damage](library)
-    proc = python(_BUILD_AND_CALL, fresh)
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    assert cache.read("sim", library.name.removesuffix(".so"), ".so") is not None
-
-
-@pytest.mark.sim
-def test_cxx_is_honoured(fresh, tmp_path, monkeypatch):
-    wrapper = tmp_path / "my-cxx"
-    log = tmp_path / "cxx.log"
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec g++ "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("CXX", str(wrapper))
-    assert _add(compile_shared_library(ADD)) == 1005
-    assert "add.cpp" in log.read_text() and "-shared" in log.read_text()
-
-
-@pytest.mark.parametrize("cxx", ["/nonexistent/g++", "no-such-compiler-xyz --flag"])
-def test_a_missing_compiler_is_a_clear_error(fresh, monkeypatch, cxx):
-    monkeypatch.setenv("CXX", cxx)
-    with pytest.raises(HostCompilerNotFound, match=r"the sim backend needs a C\+\+ compiler: install g\+\+ or set CXX"):
-        compile_shared_library(ADD)
-
-
-def test_no_gxx_on_path_is_a_clear_error(fresh, tmp_path, monkeypatch):
-    monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(HostCompilerNotFound, match=r"install g\+\+ or set CXX \(g\+\+ was not found on PATH\)"):
-        compile_shared_library(ADD)
-    assert issubclass(HostCompilerNotFound, RuntimeError)
-
-
-@pytest.mark.sim
-def test_a_rejected_module_is_reported_as_a_fusec_bug_with_the_log(fresh):
-    with pytest.raises(HostCompilerError, match="this is a fusec bug") as info:
-        compile_shared_library({"bad.cpp": "int f() { return undeclared_name; }\n"})
-    assert "undeclared_name" in str(info.value)
-    assert not list((fresh / "sim").glob("*.so"))
-
-
-def test_sources_are_checked(fresh):
-    with pytest.raises(ValueError, match="sources: no translation unit"):
-        compile_shared_library({"module.cu": "int x;"})
-    with pytest.raises(ValueError, match="is not a plain file name"):
-        compile_shared_library({"../x.cpp": "int x;"})

@@ -44,7 +44,7 @@ def test_modes_the_language_does_not_allow_are_located_errors(name, source, line
     with pytest.raises(FzError) as info:
         check_source(Source("t.fz", source))
     found = [(d.loc.line, d.loc.col, d.message) for d in info.value.diagnostics]
-    assert any((l, c) == (line, col) and fragment in m for l, c, m in found), found
+    assert any((ln, c) == (line, col) and fragment in m for ln, c, m in found), found
 
 
 def test_every_mode_on_every_kind_checks_or_fails_with_a_located_error_only():

@@ -2,7 +2,7 @@
 through the reference), and random mutations of the examples fail, if at all,
 only with fusec's own error type."""
 import numpy as np
-from conftest import EXAMPLES
+from helpers import EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,11 +3,9 @@
 Regenerate on purpose with `pytest tests/test_golden.py --force-regen`, and
 read the diff before committing it."""
 import pytest
-from helpers import ROOT, load_program
+from helpers import EXAMPLES, ROOT, load_program
 
 from fusec.compiler import CompileOptions, compile_pipeline
-
-EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))
 
 
 @pytest.mark.parametrize("form", ["fused", "unfused"])

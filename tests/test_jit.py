@@ -1,37 +1,18 @@
-"""fusec.jit on the CPU backends: the API and every bad call (the decorator: test_trace.py)."""
+"""fusec.jit's API on the numpy backend: sources, options, the device fallback
+(calls on the sim: test_jit_sim.py; the decorator: test_trace.py). Unit tier."""
 import subprocess
 import sys
 import warnings
 
 import numpy as np
 import pytest
-from helpers import ROOT, assert_matches, load_program, random_args
+from helpers import ROOT
 
 import fusec
 from fusec.errors import ArgumentError
-from fusec.reference import run as reference
 
 SBR = str(ROOT / "examples" / "scale_bias_relu.fz")
 SHAPES = str(ROOT / "tests" / "programs" / "shapes.fz")
-BACKENDS = ["numpy", pytest.param("sim", marks=pytest.mark.sim)]
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.fz")), ids=lambda p: p.stem)
-def test_every_example_through_jit(path, backend):
-    program = load_program(path)
-    f = fusec.jit(str(path), backend=backend)
-    pipeline = program.pipelines[0]
-    args = random_args(pipeline, 300, seed=7)
-    expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    expected = reference(program, pipeline.name, *expected_args)
-    actual = f(*args)
-    if expected is not None:
-        assert_matches(actual, expected)
-    for p, a, e in zip(pipeline.params, args, expected_args):
-        if p.role == "inout":
-            assert_matches(a, e)
-    assert f.unfused.cuda_source.count("__global__") >= f.cuda_source.count("__global__")
 
 
 def test_source_text_and_module_with_several_pipelines():
@@ -61,48 +42,6 @@ def test_auto_without_a_device_warns_once_and_uses_numpy(monkeypatch):
         warnings.simplefilter("always")
         f = fusec.jit(SBR)
     assert f.backend == "numpy" and len(caught) == 1 and "no CUDA device" in str(caught[0].message)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_bad_calls_raise_before_anything_runs(backend):
-    f = fusec.jit(SBR, backend=backend)
-    x = np.ones(5, np.float32)
-    cases = [
-        ((x.astype(np.float64), 1.0, 2.0), {}, "'x'.*expected dtype f32"),
-        ((x, 1.0), {}, "missing parameter 'b'"),
-        ((x, 1.0, 2.0, 3.0), {}, "takes 3 arguments"),
-        ((x, 1.0), {"c": 2.0}, "no parameter 'c'"),
-        ((x, 1.0, 2.0), {"s": 2.0}, "got parameter 's' twice"),
-        ((x, "1", 2.0), {}, "'s' is a scalar f32; got str"),
-        ((np.ones((2, 2), np.float32), 1.0, 2.0), {}, "'x': expected 1 dim"),
-        ((x, 1.0, True), {}, "'b' is a scalar f32; got bool"),
-    ]
-    for args, kwargs, message in cases:
-        with pytest.raises(ArgumentError, match=message):
-            f(*args, **kwargs)
-
-
-@pytest.mark.sim
-def test_shape_bindings_broadcast_and_aliasing_on_sim():
-    mod = fusec.jit(SHAPES, backend="sim")
-    with pytest.raises(ArgumentError, match="dim 'n' is 4 here but 5"):
-        mod.siblings(np.ones(5, np.float32), np.ones(3, np.float32), np.ones(4, np.float32))
-    h = np.ones(6, np.float32)
-    with pytest.raises(ArgumentError, match="'h' and 'x' share memory"):
-        mod.reassign(h, h)
-    out = np.empty(6, np.float32)
-    with pytest.raises(ArgumentError, match="share memory"):
-        mod.reassign(h, out, out=out)
-    y = mod.reassign(h, np.ones(6, np.float32), out=out)
-    assert y is out
-    with pytest.raises(ArgumentError, match="out= takes 1 array"):
-        mod.reassign(h, np.ones(6, np.float32), out=(out, out))
-    with pytest.raises(ArgumentError, match="out= array has shape"):
-        mod.reassign(h, np.ones(6, np.float32), out=np.empty(5, np.float32))
-    with pytest.raises(ArgumentError, match="sim backend takes NumPy arrays"):
-        mod.scalar_temp([1.0, 2.0], 1.0)
-    with pytest.raises(ArgumentError, match="stream= is for the cuda backend"):
-        mod.scalar_temp(np.ones(2, np.float32), 1.0, stream=object())
 
 
 def test_int_scalar_range_and_kind():

@@ -120,7 +120,7 @@ def diagnostics(source: str):
 def test_rejected_at_the_right_place(name, source, line, col, fragment):
     err = diagnostics(source)
     found = [(d.loc.line, d.loc.col, d.message) for d in err.diagnostics]
-    assert any((l, c) == (line, col) and fragment in m for l, c, m in found), found
+    assert any((ln, c) == (line, col) and fragment in m for ln, c, m in found), found
 
 
 def test_there_are_at_least_forty_cases():

@@ -8,7 +8,7 @@ from malformed_fuzz import INTERNALS, campaign, classify
 
 @pytest.mark.parametrize("seed", [11, 12])
 def test_mutated_programs_succeed_or_fail_with_a_located_error(seed):
-    figures = campaign(800, seed)
+    figures = campaign(400, seed)
     assert figures["failures"] == []
     assert figures["accepted"] > 0 and figures["check error"] > 0 and figures["parse error"] > 0
 

@@ -77,7 +77,7 @@ def diagnostics(source: str) -> list[tuple[int, int, str]]:
 @pytest.mark.parametrize("name,source,line,col,fragments", CASES, ids=[c[0] for c in CASES])
 def test_unsupported_syntax_says_what_to_write(name, source, line, col, fragments):
     found = diagnostics(source)
-    assert any((l, c) == (line, col) and all(f in m for f in fragments) for l, c, m in found), found
+    assert any((ln, c) == (line, col) and all(f in m for f in fragments) for ln, c, m in found), found
 
 
 def test_a_hint_only_replaces_the_generic_message_where_it_recognises_the_construct():

@@ -2,10 +2,8 @@
 spills. The register estimate of every variant (fusec.passes.regs, per
 VariantShape) is held to ptxas in test_estimate_nvcc.py, over a corpus that
 holds these programs in every form."""
-import re
-import subprocess
-
 import pytest
+from estimate_corpus import ptxas_usage
 from helpers import pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
@@ -14,34 +12,16 @@ pytestmark = pytest.mark.nvcc
 PIPELINES = pipelines()
 
 
-def ptxas_usage(cuda: str, tmp_path) -> dict[str, tuple[int, int]]:
-    """kernel name -> (registers, spill bytes), from `nvcc -Xptxas -v`."""
-    src = tmp_path / "module.cu"
-    src.write_text(cuda)
-    proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "m.cubin"),
-                           str(src)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    usage, current, spills = {}, None, 0
-    for line in proc.stderr.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
-            current = m.group(1)
-        if m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
-            spills = int(m.group(1)) + int(m.group(2))
-        if m := re.search(r"Used (\d+) registers", line):
-            usage[current] = (int(m.group(1)), spills)
-    return usage
-
-
 @pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_compiles_without_spills(tmp_path, ident, program, name, form):
     compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
     interface = compiled.interface
-    usage = ptxas_usage(compiled.cuda, tmp_path)
+    usage = ptxas_usage(compiled.cuda, str(tmp_path))
     assert set(usage) == {v.name for k in interface.kernels for v in k.variants}
     for launch in interface.kernels:
         for variant in launch.variants:
-            regs, spills = usage[variant.name]
+            spills = usage[variant.name].spill_bytes
             assert spills == 0, f"{variant.name} spills {spills} bytes"
 
 
@@ -65,8 +45,8 @@ def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
     not spill (its estimate: test_estimate_nvcc.py)."""
     ((launch,),) = [compiled.interface.kernels]
     (variant,) = launch.variants
-    regs, spills = ptxas_usage(compiled.cuda, tmp_path)[variant.name]
-    assert spills == 0, (variant.name, regs, spills)
+    usage = ptxas_usage(compiled.cuda, str(tmp_path))[variant.name]
+    assert usage.spill_bytes == 0, (variant.name, usage)
 
 
 def test_multi_tensor_kernels_cover_the_examples():

@@ -7,7 +7,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 from fusec.errors import ArgumentError, Source
 from fusec.frontend import check_source, load

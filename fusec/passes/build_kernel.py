@@ -48,7 +48,7 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     else:  # a loop value's load instruction stands for its variable, which ends holding the final value
         stores = [(lv, loaded[lv]) for lv, _ in loop.carried if lv in stored]
         carried = [(loaded[lv], value_ids[ev], lv) for lv, ev in loop.carried if lv in loaded]
-    body, remap = _live_only(b.build([]), [i for _, i in stores] + [ev for _, ev, _ in carried])
+    body, remap = live_only(b.build([]), [i for _, i in stores] + [ev for _, ev, _ in carried])
     stores = [(v, remap[i]) for v, i in stores]
     loaded = {v: remap[i] for v, i in loaded.items() if i in remap}
     carried = [(remap[lv], remap[ev]) for lv, ev, name in carried if name in loaded]
@@ -63,7 +63,7 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
                   carried=tuple(carried))
 
 
-def _live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
+def live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
     """Drops instructions no store depends on (a dead temporary); returns old -> new ids."""
     live = set(roots)
     for idx in range(len(body.instrs) - 1, -1, -1):

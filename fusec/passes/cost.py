@@ -30,9 +30,11 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from fusec.ir.kernels import Kernel
 from fusec.ir.launch import Prediction, Variant
+from fusec.ir.program import Shape
 from fusec.target import MAX_THREADS_PER_SM
 
 DATA = Path(__file__).resolve().parent.parent / "target_data"
@@ -40,6 +42,25 @@ DATA = Path(__file__).resolve().parent.parent / "target_data"
 # Nominal size at which partitions are compared when the sizes are not known
 # (compile time): large enough that bandwidth, not launches, decides.
 NOMINAL_ELEMENTS = 2 ** 26
+
+
+
+def nominal_dims(shapes: Iterable[Shape], elements: int = NOMINAL_ELEMENTS) -> dict[str, float]:
+    """Sizes for named dims where only a total is known: the iteration space of
+    most dims holds `elements`, shared equally among its named dims (a literal
+    dim is its own size); a name it lacks gets the same share."""
+    shapes = list(shapes)
+    widest = max(shapes, key=len, default=())
+    named = [d for d in widest if isinstance(d, str)]
+    literal = math.prod(d for d in widest if isinstance(d, int))
+    share = max(1.0, elements / max(literal, 1)) ** (1 / len(named)) if named else 1.0
+    return {d: share for shape in shapes for d in shape if isinstance(d, str)}
+
+
+def nominal_elements(shape: Shape, dims: dict[str, float]) -> int:
+    """Elements of `shape` with the named dims' sizes from `nominal_dims`."""
+    return max(1, round(math.prod(d if isinstance(d, int) else dims[d] for d in shape)))
+
 
 # Threads per block (fusec launches 256) and the warps of one block.
 BLOCK_WARPS = 8

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fusec.ir.launch import Elementwise, RegisterLoop
 from fusec.ir.stages import Decision, StageGraph
 from fusec.passes.build_kernel import build_kernel
-from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, predict, target_costs
+from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, nominal_dims, nominal_elements, predict, target_costs
 from fusec.passes.liveness import needed_after
 from fusec.passes.partitions import Context, Group, decisions_for, greedy, illegal, segments
 from fusec.passes.variants import plan_variants
@@ -45,6 +45,15 @@ class FusionOptions:
     groups: tuple[tuple[int, ...], ...] | None = None  # a partition chosen elsewhere (fusec tune): used as given
     observed: tuple = ()  # passes.guard.Observation: compiled kernels' real registers, in place of estimates
     fast_math: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Best:
+    """The auto mode's pick for a graph, as the recompute pass weighs it."""
+
+    us: float                    # predicted
+    stored: frozenset[str]       # values its kernels write to memory
+    over_cap: frozenset[str]     # statements in kernels over FusionOptions.max_regs
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +91,7 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
         return _partition(ctx, groups, decisions, pricer.total(groups))
     if not ctx.live:
         return _partition(ctx, [], [], 0.0)
-    priced = _ranked(ctx, pricer, options)
+    priced = _search(graph, options)[2]
     us, name, groups, decisions = priced[0]
     if decisions is None:
         decisions = decisions_for(ctx, groups)
@@ -92,11 +101,30 @@ def fuse(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Partiti
     return _partition(ctx, groups, [summary] + decisions, us)
 
 
+def best_partition(graph: StageGraph, options: FusionOptions = FusionOptions()) -> Best:
+    """The auto mode's pick for `graph`."""
+    ctx, pricer, ranked = _search(graph, options)
+    if not ctx.live:
+        return Best(0.0, frozenset(), frozenset())
+    us, _, groups, _ = ranked[0]
+    stages = graph.stages
+    over = frozenset(stages[i].name for g in groups if options.max_regs is not None
+                     and pricer.price(tuple(g))[0] > options.max_regs for i in g)
+    return Best(us, frozenset().union(*(ctx.stored(tuple(g)) for g in groups)), over)
+
+
 def ranked_partitions(graph: StageGraph, options: FusionOptions = FusionOptions()) -> list[tuple]:
     """Every candidate of the auto mode, best first: (predicted µs, which candidates, groups)."""
+    return [(us, name, groups) for us, name, groups, _ in _search(graph, options)[2]]
+
+
+@functools.lru_cache(maxsize=8)
+def _search(graph: StageGraph, options: FusionOptions) -> tuple[Context, "Pricer", list[tuple]]:
+    """`_ranked` for a graph, remembered: the recompute pass and the fusion pass
+    ask for the same graph's candidates."""
     ctx = Context.of(graph)
-    return [(us, name, groups) for us, name, groups, _ in _ranked(ctx, Pricer(ctx, options), options)] \
-        if ctx.live else []
+    pricer = Pricer(ctx, options)
+    return ctx, pricer, _ranked(ctx, pricer, options) if ctx.live else []
 
 
 def _ranked(ctx: Context, pricer: "Pricer", options: FusionOptions) -> list[tuple]:
@@ -158,6 +186,7 @@ class Pricer:
         self.costs = target_costs(options.arch, options.fast_math)
         self.price = functools.lru_cache(maxsize=None)(self._price)
         self.observed = observed_registers(options.observed)
+        self.dims = nominal_dims((stage.shape for stage in ctx.graph.stages), options.elements)
 
     def _price(self, group: Group) -> tuple[int, Prediction, float]:
         """(registers of the variant that runs, its prediction, µs including repeats)."""
@@ -175,7 +204,7 @@ class Pricer:
             form, repeats = Elementwise(), count
         variant = plan_variants(kernel, form, lambda buffer: 0, self.costs, self.observed.get(tuple(group)))[0]
         iterations = count if isinstance(form, RegisterLoop) else 1
-        prediction = predict(kernel, variant, self.options.elements, self.costs, iterations)
+        prediction = predict(kernel, variant, nominal_elements(kernel.shape, self.dims), self.costs, iterations)
         return variant.est_regs, prediction, prediction.us * repeats
 
     def group_us(self, group: Group) -> float:

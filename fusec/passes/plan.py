@@ -34,7 +34,7 @@ from fusec.ir.launch import (
 from fusec.ir.program import Pipeline
 from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
-from fusec.passes.cost import NOMINAL_ELEMENTS, predict, target_costs
+from fusec.passes.cost import nominal_dims, nominal_elements, predict, target_costs
 from fusec.passes.fusion import Partition, observed_registers
 from fusec.passes.liveness import live_stages, needed_after
 from fusec.passes.variants import plan_variants
@@ -79,12 +79,13 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
         _check_multi_tensor(graph, kernels, steps)
     costs = target_costs(options.arch, options.fast_math)
     observed = observed_registers(options.observed)
+    dims = nominal_dims(stage.shape for stage in graph.stages)
     launches = []
     for k, kernel in enumerate(kernels):
         form = _form(options, loops.get(k), slots)
         variants = plan_variants(kernel, form, slots.__getitem__, costs, observed.get(tuple(partition.groups[k])))
         iterations = form.count if isinstance(form, RegisterLoop) and isinstance(form.count, int) else 1
-        prediction = predict(kernel, variants[0], NOMINAL_ELEMENTS, costs, iterations)
+        prediction = predict(kernel, variants[0], nominal_elements(kernel.shape, dims), costs, iterations)
         launches.append(KernelLaunch(kernel, form, variants, _params(kernel, form, slots), prediction))
     notes = tuple(d for d in partition.decisions if d.kernel < 0)
     return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes,

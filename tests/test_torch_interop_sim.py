@@ -1,10 +1,10 @@
-"""CPU torch tensors on the sim and numpy backends (unit tier; the tests that
-run the sim are marked `sim`): tensors in give tensors out, bf16 included,
-without a copy; a call takes arrays of one kind; out= and inout with tensors."""
+"""CPU torch tensors on the sim and numpy backends: tensors in give tensors out,
+bf16 included, without a copy; a call takes arrays of one kind; out= and inout
+with tensors. Sim tier (g++)."""
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import ROOT, assert_matches, load_program, random_args
+from helpers import EXAMPLES, ROOT, assert_matches, load_program, random_args
 
 import fusec
 from fusec.errors import ArgumentError
@@ -12,8 +12,8 @@ from fusec.jit import JitOptions, JitPipeline
 from fusec.reference import run as reference
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.sim
 
-EXAMPLES = sorted((ROOT / "examples").glob("*.fz"))
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 SBR = """
@@ -47,7 +47,16 @@ def sbr_args(rows=3, cols=5, seed=0):
     return x, b, 1.5
 
 
-@pytest.mark.sim
+def test_numpy_backend_takes_tensors_and_writes_out_tensors():
+    f = fusec.jit(SBR, backend="numpy")
+    x, b, s = sbr_args()
+    out = (torch.empty(3, 5, dtype=torch.bfloat16), torch.empty(3, 5, dtype=torch.bool))
+    f(to_torch(x), to_torch(b), s, out=out)
+    ey, em = reference(f.program, "sbr", x, b, s)
+    np.testing.assert_array_equal(to_numpy(out[0]).view(np.int16), ey.view(np.int16))
+    np.testing.assert_array_equal(out[1].numpy(), em)
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_takes_and_returns_tensors_on_the_sim(path):
     """Each example on CPU tensors: torch tensors of the declared dtypes come
@@ -71,7 +80,6 @@ def test_every_example_takes_and_returns_tensors_on_the_sim(path):
                 assert_matches(to_numpy(t), e)
 
 
-@pytest.mark.sim
 def test_bf16_tensors_round_trip_without_a_copy():
     """bf16 in and out: the result is a torch.bfloat16 tensor whose bits are the
     reference's, and an out= tensor is written where it lies."""
@@ -88,14 +96,12 @@ def test_bf16_tensors_round_trip_without_a_copy():
     assert torch.equal(out[0], y) and torch.equal(out[1], m)
 
 
-@pytest.mark.sim
 def test_numpy_in_gives_numpy_out():
     f = fusec.jit(SBR, backend="sim")
     y, m = f(*sbr_args())
     assert type(y) is np.ndarray and y.dtype == BF16 and type(m) is np.ndarray
 
 
-@pytest.mark.sim
 def test_outputs_and_temporaries_of_a_tensor_call_are_allocated_by_torch(monkeypatch):
     """The unfused chain moves two temporaries between its three kernels: with
     tensors in, torch allocates them and the output (3 allocations a call)."""
@@ -113,7 +119,6 @@ def test_outputs_and_temporaries_of_a_tensor_call_are_allocated_by_torch(monkeyp
     assert torch.equal(y, torch.relu(x * 2.0 + 0.5))
 
 
-@pytest.mark.sim
 def test_a_traced_function_returns_tensors():
     @fusec.jit(backend="sim")
     def mix(a, b, s):
@@ -141,16 +146,6 @@ def test_inout_tensors_are_updated_in_place(backend):
     for t, e, address in zip(tensors, expected, addresses):
         np.testing.assert_array_equal(t.numpy(), e)
         assert t.data_ptr() == address
-
-
-def test_numpy_backend_takes_tensors_and_writes_out_tensors():
-    f = fusec.jit(SBR, backend="numpy")
-    x, b, s = sbr_args()
-    out = (torch.empty(3, 5, dtype=torch.bfloat16), torch.empty(3, 5, dtype=torch.bool))
-    f(to_torch(x), to_torch(b), s, out=out)
-    ey, em = reference(f.program, "sbr", x, b, s)
-    np.testing.assert_array_equal(to_numpy(out[0]).view(np.int16), ey.view(np.int16))
-    np.testing.assert_array_equal(out[1].numpy(), em)
 
 
 @pytest.mark.parametrize("backend", ["sim", "numpy"])
