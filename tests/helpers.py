@@ -6,6 +6,7 @@ import numpy as np
 
 from fusec.errors import Source
 from fusec.frontend import check_source
+from fusec.reference import run as reference
 from fusec.runtime.binder import numpy_dtype
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +79,244 @@ def assert_matches(actual, expected):
         else:
             np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), equal_nan=True,
                                        **tolerance(a.dtype))
+
+
+# ---- Generated programs (tests/generator.py): the front end's contract and the differential oracle
+
+# What a located error may never show: Python's insides.
+INTERNALS = ("Traceback", "fusec/", ".py\"", "Error:", "KeyError", "TypeError", "ValueError", "IndexError",
+             "AttributeError", "AssertionError", "RecursionError", "NoneType", "UnexpectedToken",
+             "UnexpectedCharacters", "VisitError", "lark.")
+
+
+def check_generated(program):
+    """The front end on a generated program: a valid one checks; an invalid one raises an FzError
+    whose every diagnostic is located and free of internals, one of them on the mistake's line.
+    Returns the checked program, or None for an invalid one."""
+    from fusec.errors import FzError
+    try:
+        checked = check_source(Source(program.name, program.source))
+    except FzError as err:
+        assert_located(err, program)
+        assert not program.valid or program.mistake, f"a valid program was rejected:\n{err}\n{program.source}"
+        lines = {d.loc.line for d in err.diagnostics}
+        assert lines & program.error_lines, (f"{program.mistake}: expected an error on line "
+                                             f"{sorted(program.error_lines)}, got\n{err}\n{program.source}")
+        return None
+    assert program.valid, f"mistake {program.mistake!r} (line {sorted(program.error_lines)}) was accepted:\n" \
+                          f"{program.source}"
+    return checked
+
+
+def assert_located(err, program) -> None:
+    text = str(err)
+    assert err.diagnostics, text
+    for d in err.diagnostics:
+        assert d.loc.line >= 1 and d.loc.col >= 1, f"an error without a location: {d.message}\n{program.source}"
+    for word in INTERNALS:
+        assert word not in text, f"{word!r} in an error message:\n{text}"
+
+
+def ordinal(a: np.ndarray) -> np.ndarray:
+    """Floats as integers in the order of their values (adjacent floats differ by 1; -0 == +0)."""
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    i = np.ascontiguousarray(a).view(bits).astype(np.int64)
+    return np.where(i < 0, -(i & np.int64(np.iinfo(bits).max)), i)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise distance in ulps of their (float) type: 0 for two NaNs, inf for a NaN and a number."""
+    assert a.dtype == b.dtype and a.shape == b.shape, (a.dtype, b.dtype, a.shape, b.shape)
+    nan_a, nan_b = np.isnan(a.astype(np.float64)), np.isnan(b.astype(np.float64))
+    d = np.abs(ordinal(a) - ordinal(b)).astype(np.float64)
+    d[nan_a & nan_b] = 0
+    d[nan_a ^ nan_b] = np.inf
+    return d
+
+
+def results_by_name(program, result, args) -> dict:
+    """A call's outputs and its inout arrays after it, by name."""
+    outs = result if isinstance(result, tuple) else () if result is None else (result,)
+    named = {o.name: np.asarray(v) for o, v in zip(program.outputs, outs)}
+    named.update({p.name: a for p, a in zip(program.params, args) if p.role == "inout"})
+    return named
+
+
+def assert_bitwise_equal(got: dict, expected: dict, what: str, source: str = "") -> None:
+    """Exactly the same bits (NaN payloads and the sign of zero included)."""
+    assert got.keys() == expected.keys()
+    for name, e in expected.items():
+        g = got[name]
+        assert g.dtype == e.dtype and g.shape == e.shape, (name, g.dtype, e.dtype, g.shape, e.shape)
+        same = np.ascontiguousarray(g).view(np.uint8) == np.ascontiguousarray(e).view(np.uint8)
+        if not same.all():
+            where = np.argwhere(~same.reshape(g.shape + (-1,)).all(axis=-1))[:3].tolist()
+            raise AssertionError(f"{what}: '{name}' differs at {where}: {g[tuple(where[0])]!r} vs "
+                                 f"{e[tuple(where[0])]!r}\n{source}")
+
+
+def assert_agrees(program, got: dict, expected: dict, sensitivity, what: str) -> None:
+    """A compiled form against the reference: integers and bools exactly; floats within the
+    program's tolerance in ulps (0 where no math function is involved), except elements the
+    shadows show are ill-conditioned: one site's error budget moves them by more than the
+    tolerance (`sensitivity()`: output -> the sum over sites of that movement, in ulps)."""
+    for name, e in expected.items():
+        g = got[name]
+        assert g.dtype == e.dtype and g.shape == e.shape, (name, g.dtype, e.dtype, g.shape, e.shape)
+        if e.dtype.kind in "biu":
+            bad = g != e
+            assert not bad.any(), _mismatch(what, name, g, e, bad, program)
+            continue
+        bound = program.tolerance[name]
+        far = ulp_distance(g, e) > bound
+        if far.any():
+            far &= ~(sensitivity()[name] > bound)
+        assert not far.any(), _mismatch(what, name, g, e, far, program, f" (tolerance {bound} ulp)")
+
+
+def _mismatch(what, name, g, e, bad, program, detail="") -> str:
+    index = tuple(np.argwhere(bad)[0])
+    return (f"{what}: '{name}'{detail} differs at {bad.sum()} of {bad.size} elements, first {list(index)}: "
+            f"{g[index]!r} vs reference {e[index]!r}\n{program.source}")
+
+
+def sensitivity(program, args, expected: dict):
+    """Output -> per element, the sum over the program's sites of how far (in ulps) perturbing
+    that site by its error budget moves the reference's result (the shadows of `generator.py`)."""
+    total = {name: np.zeros(e.shape) for name, e in expected.items()}
+    for site in range(program.sites):
+        shadow = check_source(Source(program.name, program.shadow(site)))
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        moved = results_by_name(program, reference(shadow, program.pipeline, *copies), copies)
+        for name, e in expected.items():
+            if e.dtype.kind == "f" or e.dtype.name == "bfloat16":
+                total[name] += ulp_distance(moved[name], e)
+    return total
+
+
+SIZE_PROFILES = ("small", "wide", "vector")  # see `Program.sizes`
+
+
+def copy_args(args: list) -> list:
+    return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+
+
+def check_generated_reference(program, checked) -> None:
+    """The reference runs a checked program at every size profile: outputs of the declared dtypes
+    and shapes, constant outputs equal to the generator's own value, and a call that would read an
+    output no loop assigned (its count 0) refused with an ArgumentError."""
+    from fusec.errors import ArgumentError
+    for profile in SIZE_PROFILES:
+        sizes = program.sizes(profile)
+        args = program.arguments(sizes)
+        if program.reads_unassigned(args):
+            try:
+                reference(checked, program.pipeline, *args)
+            except ArgumentError:
+                continue
+            raise AssertionError(f"reads an output that a repeat with count 0 never assigned, "
+                                 f"without an error:\n{program.source}")
+        got = results_by_name(program, reference(checked, program.pipeline, *args), args)
+        for out in program.outputs:
+            shape = tuple(d if isinstance(d, int) else sizes[d] for d in out.dims)
+            assert got[out.name].dtype == numpy_dtype_of(out.type) and got[out.name].shape == shape, out
+        assert_constants(program, got, "reference")
+
+
+def numpy_dtype_of(type_name: str) -> np.dtype:
+    from fusec.types import BY_NAME
+    return numpy_dtype(BY_NAME[type_name])
+
+
+def assert_constants(program, got: dict, what: str) -> None:
+    """Outputs that are a cast of a literal hold the value the generator computed for it."""
+    for name, value in program.constants.items():
+        expected = np.asarray(value).astype(got[name].dtype)
+        actual = got[name].astype(np.float64) if got[name].dtype.kind not in "biu" else got[name]
+        wanted = expected.astype(np.float64) if expected.dtype.kind not in "biu" else expected
+        assert np.array_equal(actual, np.broadcast_to(wanted, actual.shape), equal_nan=actual.dtype.kind == "f"), (
+            f"{what}: constant output '{name}' is {got[name].flat[0]!r}, expected {expected!r}\n{program.source}")
+
+
+def check_generated_compiles(program, checked) -> None:
+    """Both forms and the persistent one compile without an internal error (a repeat inside a
+    repeat: a located FzError, as code generation for it does not exist yet)."""
+    from fusec.compiler import CompileOptions, compile_pipeline
+    from fusec.errors import FzError
+    for options in (CompileOptions(fuse=True), CompileOptions(fuse=False), CompileOptions(persistent=True)):
+        try:
+            compiled = compile_pipeline(checked, program.pipeline, options)
+        except FzError as err:
+            assert not program.compiles, f"{options}: {err}\n{program.source}"
+            assert_located(err, program)
+            continue
+        assert program.compiles, f"{options}: a repeat inside a repeat compiled\n{program.source}"
+        assert "__global__" in compiled.cuda or not compiled.plan.kernels
+
+
+SIM_FORMS = {"fused": {"fuse": True}, "unfused": {"fuse": False}, "persistent": {"fuse": True, "persistent": True}}
+
+
+def check_generated_sim(program, checked, pipelines: dict) -> None:
+    """Every sim form (`pipelines`: form -> a JitPipeline on the sim) against the others bit for
+    bit, and against the reference (`assert_agrees`), at every size profile."""
+    from fusec.errors import ArgumentError
+    for profile in SIZE_PROFILES:
+        args = program.arguments(program.sizes(profile))
+        if program.reads_unassigned(args):
+            for form, pipeline in pipelines.items():
+                try:
+                    pipeline(*copy_args(args))
+                except ArgumentError:
+                    continue
+                raise AssertionError(f"sim {form}: reads an output that a repeat with count 0 never assigned, "
+                                     f"without an error:\n{program.source}")
+            continue
+        ref_args = copy_args(args)
+        expected = results_by_name(program, reference(checked, program.pipeline, *ref_args), ref_args)
+        sizes = program.sizes(profile)
+        forms = {form: call_guarded(program, pipeline, args, sizes, own_outputs=profile == "wide")
+                 for form, pipeline in pipelines.items()}
+        for form, got in forms.items():
+            if form != "fused":
+                assert_bitwise_equal(got, forms["fused"], f"{profile}: sim {form} against sim fused", program.source)
+        shadow = {}
+
+        def measured():
+            if not shadow:
+                shadow.update(sensitivity(program, args, expected))
+            return shadow
+        assert_agrees(program, forms["fused"], expected, measured, f"{profile}: sim fused")
+        assert_constants(program, forms["fused"], "sim")
+
+
+GUARD = 64  # elements before and after every array a compiled form is given, holding a pattern
+_PATTERN = 0xA5
+
+
+def call_guarded(program, pipeline, args: list, sizes: dict, own_outputs: bool) -> dict:
+    """One call on copies of `args` (and, with `own_outputs`, `out=` arrays) placed inside larger
+    buffers whose ends hold a pattern: a write out of bounds next to any of them fails here
+    rather than corrupting the heap. Returns the outputs and inouts by name."""
+    guards = []
+
+    def place(array):
+        flat = np.empty(array.size + 2 * GUARD, array.dtype)
+        flat.view(np.uint8)[:] = _PATTERN
+        view = flat[GUARD:GUARD + array.size].reshape(array.shape)
+        view[...] = array
+        guards.append(flat)
+        return view
+    call_args = [place(a) if isinstance(a, np.ndarray) else a for a in args]
+    kwargs = {}
+    if own_outputs and program.outputs:
+        outs = [place(np.zeros(tuple(d if isinstance(d, int) else sizes[d] for d in o.dims), numpy_dtype_of(o.type)))
+                for o in program.outputs]
+        kwargs["out"] = outs[0] if len(outs) == 1 else tuple(outs)
+    result = pipeline(*call_args, **kwargs)
+    for flat in guards:
+        ends = np.concatenate([flat[:GUARD].view(np.uint8), flat[-GUARD:].view(np.uint8)])
+        assert (ends == _PATTERN).all(), f"a write out of bounds next to an argument\n{program.source}"
+    if kwargs:
+        result = kwargs["out"]
+    return results_by_name(program, result, call_args)
