@@ -1,8 +1,11 @@
-"""Shared by the test tiers: the programs to compile, and random arguments for them."""
+"""Shared by the test tiers: the programs to compile, random arguments for them, and the checks
+of generated programs (`generator.py`): the front end's contract, the reference, the compiles,
+the differential oracle against the sim, and worker processes that run them."""
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+from generator import generate
 
 from fusec.errors import Source
 from fusec.frontend import check_source
@@ -351,3 +354,139 @@ def call_guarded(program, pipeline, args: list, sizes: dict, own_outputs: bool) 
     if kwargs:
         result = kwargs["out"]
     return results_by_name(program, result, call_args)
+
+
+# ---- Generated programs checked in worker processes: a crash (a stray write in the sim, which
+# NumPy's heap only notices later) fails its own seed, not the whole run
+
+CHECKS = ("front end", "reference", "compile", "cli", "sim")
+_WORKER = "import sys; sys.path.insert(0, sys.argv[1]); import helpers; helpers.worker(sys.argv[2:])"
+
+
+def check_seed(seed: int, checks=CHECKS, valid_only: bool = False) -> dict:
+    """The checks named in `checks` on the program of `seed` (`valid_only`: a valid program that
+    compiles); a record with each failed check's message."""
+    from fusec.errors import FzError
+    program = generate(seed, invalid=0, nested=0) if valid_only else generate(seed)
+    record = {"seed": seed, "valid": program.valid, "mistake": program.mistake, "failures": {}}
+    try:
+        checked = check_generated(program)
+    except AssertionError as exc:
+        record["failures"]["front end"] = _message(exc)
+        return record
+    except Exception as exc:
+        record["failures"]["front end"] = f"internal: {type(exc).__name__}: {exc}"
+        return record
+    record["accepted"] = checked is not None
+    if checked is None:
+        return record
+    sim = "sim" in checks and program.compiles
+    steps = {"reference": lambda: check_generated_reference(program, checked),
+             "compile": lambda: check_generated_compiles(program, checked),
+             "cli": lambda: _check_cli(program),
+             "sim": lambda: _check_sim(program, checked, record) if sim else None}
+    for check in checks[1:] if checks[0] == "front end" else checks:
+        try:
+            steps[check]()
+        except AssertionError as exc:
+            record["failures"][check] = _message(exc)
+        except FzError as exc:
+            record["failures"][check] = f"FzError: {exc}"
+        except Exception as exc:
+            record["failures"][check] = f"internal: {type(exc).__name__}: {exc}"
+    record["sim"] = sim
+    return record
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or repr(exc)
+    return text[:6000]
+
+
+def _check_cli(program) -> None:
+    """`fusec compile` of the program in each form and emit kind: exit 0 (1 with a located error
+    where the program does not compile)."""
+    import tempfile
+
+    from fusec.cli import main
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / program.name
+        path.write_text(program.source)
+        for flags in ([], ["--unfused"], ["--persistent", "--emit", "report"], ["--emit", "ir"]):
+            out = Path(folder) / "out.txt"
+            code = main(["compile", str(path), "--pipeline", program.pipeline, "-o", str(out), *flags])
+            assert code == (0 if program.compiles else 1), f"fusec compile {' '.join(flags)}: exit {code}"
+
+
+def _check_sim(program, checked, record: dict) -> None:
+    import fusec
+    pipelines = {form: fusec.jit(program.source, backend="sim", pipeline=program.pipeline, **options)
+                 for form, options in SIM_FORMS.items()}
+    record["floats"] = {}
+    check_generated_sim(program, checked, pipelines, record["floats"])
+
+
+def worker(argv: list[str]) -> None:
+    """START:STOP:STEP VALID_ONLY SIM_EVERY CLI_EVERY: one line of JSON as each program starts and ends."""
+    import json
+    import warnings
+    warnings.simplefilter("ignore")
+    seeds, valid_only, sim_every, cli_every = argv
+    sim_every, cli_every = int(sim_every), int(cli_every)
+    for seed in range(*map(int, seeds.split(":"))) if ":" in seeds else map(int, seeds.split(",")):
+        print(json.dumps({"start": seed}), flush=True)
+        checks = [c for c in CHECKS if not (c == "sim" and (not sim_every or seed % sim_every)
+                                            or c == "cli" and (not cli_every or seed % cli_every))]
+        if valid_only == "1":
+            checks = [c for c in checks if c in ("front end", "sim")]
+        print(json.dumps(check_seed(seed, tuple(checks), valid_only == "1")), flush=True)
+
+
+def check_seeds_isolated(seeds, jobs: int, valid_only: bool = False, sim_every: int = 1,
+                         cli_every: int = 0, progress=None) -> list[dict]:
+    """`check_seed` for each seed, in `jobs` worker processes with glibc's heap checks on; a worker
+    that dies fails the seed it was on ("crash") and a new one goes on after it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    env = dict(os.environ, MALLOC_CHECK_="3", PYTHONWARNINGS="ignore")
+    pending = [list(seeds[k::jobs]) for k in range(jobs)]
+    logs = [tempfile.TemporaryFile("w+") for _ in range(jobs)]  # a pipe could fill and stall a worker
+    procs, records = {}, []
+
+    def spawn(k):
+        if pending[k]:
+            logs[k].seek(0)
+            logs[k].truncate()
+            share = (f"{pending[k][0]}:{pending[k][-1] + 1}:{seeds.step * jobs}" if isinstance(seeds, range)
+                     else ",".join(map(str, pending[k])))  # what is left of this worker's share
+            command = [sys.executable, "-c", _WORKER, str(Path(__file__).parent), share, str(int(valid_only)),
+                       str(sim_every), str(cli_every)]
+            procs[k] = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=logs[k], text=True, env=env), None]
+    for k in range(jobs):
+        spawn(k)
+    while procs:
+        for k, (proc, current) in list(procs.items()):
+            line = proc.stdout.readline()
+            if line:
+                item = json.loads(line)
+                if "start" in item:
+                    procs[k][1] = item["start"]
+                else:
+                    records.append(item)
+                    pending[k].remove(item["seed"])
+                    if progress:
+                        progress(len(records))
+                continue
+            proc.wait()
+            del procs[k]
+            if current is not None and current in pending[k]:  # it died on this seed
+                logs[k].seek(0)
+                said = logs[k].read().strip().splitlines()
+                records.append({"seed": current, "crashed": True, "failures": {
+                    "crash": f"the process died (exit {proc.returncode}): {said[-1] if said else ''}"}})
+                pending[k].remove(current)
+            spawn(k)
+    return sorted(records, key=lambda r: r["seed"])
