@@ -600,7 +600,10 @@ class ExprGen:
             return self.typer.binary(op, self.gen(hint, depth, exact), exponent)
         if op == "%":
             exact = True  # a float % is discontinuous in its operands
-        return self.typer.binary(op, self.gen(hint, depth, exact), self.gen(hint, depth, exact))
+        left, right = self.gen(hint, depth, exact), self.gen(hint, depth, exact)
+        if op == "**":
+            left = self.in_domain("pow", left, right)
+        return self.typer.binary(op, left, right)
 
     def _mixed(self, hint, depth, exact):
         """An operand of another type, so that promotion is exercised."""
@@ -648,13 +651,19 @@ class ExprGen:
         name = self.rng.choice(names)
         args = [self.gen(hint, depth, exact) for _ in range(3 if name == "fma" else 2)]
         if name == "pow":
-            args[0] = self.in_domain("pow", args[0])
+            args[0] = self.in_domain("pow", args[0], args[1])
         return self.typer.builtin(name, tuple(args))
 
-    def in_domain(self, func: str, arg: Node | None) -> Node | None:
-        """Most of the time, `arg` kept where `func` is defined and finite, as users do (`sqrt(abs(x))`,
-        `acos(clamp(c, -1.0, 1.0))`, `exp(-abs(x))`): a NaN or inf would hide the rest of the arithmetic."""
-        if arg is None or self.rng.random() < 0.25:
+    def in_domain(self, func: str, arg: Node | None, exponent: Node | None = None) -> Node | None:
+        """`arg` kept where `func` is defined and finite, as users do (`sqrt(abs(x))`, `acos(clamp(c,
+        -1.0, 1.0))`, `exp(tanh(x) * 4.0)`): a NaN or inf would hide the rest of the arithmetic. Always
+        where the edge of the domain is a discontinuity that an inexact value could cross on one backend
+        and not on the other (a negative base's power is defined at integer exponents only); else most
+        of the time."""
+        if arg is None:
+            return arg
+        crossing = not arg.exact if exponent is None else exponent is not None and not exponent.exact
+        if not crossing and self.rng.random() < 0.25:
             return arg
         guarded = None
         if func in ("sqrt", "rsqrt", "log", "log2", "log10", "log1p", "pow", "cbrt") and "abs" in self.funcs:
@@ -931,7 +940,8 @@ class PipelineBuilder:
         stmts = self._block(rng.randint(2, 7), depth=0, carried=None)
         for out in self.outputs:
             if out.name not in self.assigned_outside:
-                stmts.append(self._assign_declared(out, 2))
+                stmts.append(self._assign_declared(out))
+                self._note_reads(stmts[-1])
         for out in self.constant_outputs:
             self.outputs.insert(rng.randint(0, len(self.outputs)), out)
         return stmts
@@ -949,8 +959,9 @@ class PipelineBuilder:
         rng = self.rng
         stmts = []
         self.in_loop = carried is not None
+        nested = 3 if self.nested and depth == 1 else 0
         kinds = {"temp": 3, "overwrite": 1.5, "scalar": 0.8, "output": 2.5, "inout": 1.5, "stage": 2.5,
-                 "multi": 1.2, "repeat": 1.2 if depth == 0 else 3 if self.nested and depth == 1 else 0, "literal": 0.5 if depth == 0 else 0,
+                 "multi": 1.2, "repeat": 1.2 if depth == 0 else nested, "literal": 0.5 if depth == 0 else 0,
                  "comment": 0.3}
         for _ in range(count):
             kind = rng.choices(list(kinds), list(kinds.values()))[0]
@@ -975,16 +986,11 @@ class PipelineBuilder:
     def _writable(self, name: str, carried: set[str] | None) -> bool:
         return carried is None or name in carried
 
-    def _new_temp_name(self) -> str:
-        return self.names.fresh()
-
-    def _bind_temp(self, name: str, value: Node, carried) -> Stmt:
+    def _bind_temp(self, name: str, value: Node) -> Stmt:
         t = value.typed
-        old = self.scope.get(name)
-        shape = value.shape
-        self.scope[name] = Var(name, t, shape, value.exact, "temp")
-        if old is not None:
+        if name in self.scope:
             self.features.add("overwrite")
+        self.scope[name] = Var(name, t, value.shape, value.exact, "temp")
         return Stmt([name], value, temp_type=t if t in ("f16", "bf16") else None)
 
     def _s_temp(self, depth, carried):
@@ -993,7 +999,7 @@ class PipelineBuilder:
         if value.type is None and not weak_fits(value, default_type(value.weak)):
             return None
         value = gen.typer.store(value, value.typed)
-        return self._bind_temp(self._new_temp_name(), value, carried)
+        return self._bind_temp(self.names.fresh(), value)
 
     def _s_scalar(self, depth, carried):
         gen = self._gen(())
@@ -1001,7 +1007,7 @@ class PipelineBuilder:
         if value.type is None and not weak_fits(value, default_type(value.weak)):
             return None
         self.features.add("scalar_only")
-        return self._bind_temp(self._new_temp_name(), gen.typer.store(value, value.typed), carried)
+        return self._bind_temp(self.names.fresh(), gen.typer.store(value, value.typed))
 
     def _s_overwrite(self, depth, carried):
         temps = [v for v in self.scope.values() if v.role == "temp" and self._writable(v.name, carried)]
@@ -1013,11 +1019,11 @@ class PipelineBuilder:
             value = gen.gen(random_type(self.rng), self.rng.randint(1, 3))
             if value.type is None and not weak_fits(value, default_type(value.weak)):
                 return None
-            return self._bind_temp(var.name, gen.typer.store(value, value.typed), carried)
+            return self._bind_temp(var.name, gen.typer.store(value, value.typed))
         value = self._update(var, carried)  # around a loop it keeps both
         if value is None or value.typed != var.type or value.shape != var.shape:
             return None
-        return self._bind_temp(var.name, value, carried)
+        return self._bind_temp(var.name, value)
 
     def _update(self, var: Var, carried) -> Node | None:
         """`v = v op expr`: an accumulator, with the shape and type of v."""
@@ -1035,7 +1041,7 @@ class PipelineBuilder:
             return None
         return gen.typer.store(value, var.type)
 
-    def _assign_declared(self, decl: ParamDecl, depth_hint: int, carried=None) -> Stmt:
+    def _assign_declared(self, decl: ParamDecl, carried=None) -> Stmt:
         gen = self._gen(decl.shape)
         exact = self._must_stay_exact(decl.name, carried)
         value = gen.coerce(gen.gen(decl.type, self.rng.randint(1, 4), exact), decl.type, 2)
@@ -1064,12 +1070,12 @@ class PipelineBuilder:
         out = self.rng.choice(outs)
         if carried is not None and not self.scope[out.name].exact and self.scope[out.name].role == "out":
             return self._assign_update(out, carried)
-        return self._assign_declared(out, 2, carried)
+        return self._assign_declared(out, carried)
 
     def _assign_update(self, decl: ParamDecl, carried) -> Stmt | None:
         value = self._update(self.scope[decl.name], carried)
         if value is None:
-            return self._assign_declared(decl, 2, carried)
+            return self._assign_declared(decl, carried)
         self._mark_assigned(decl, value, carried)
         return Stmt([decl.name], value)
 
@@ -1080,7 +1086,7 @@ class PipelineBuilder:
         decl = self.rng.choice(inouts)
         if self.rng.random() < 0.6:
             return self._assign_update(decl, carried)
-        return self._assign_declared(decl, 2, carried)
+        return self._assign_declared(decl, carried)
 
     def _s_stage(self, depth, carried):
         singles = [s for s in self.stages if len(s.results) == 1]
@@ -1100,7 +1106,7 @@ class PipelineBuilder:
         if target is None:
             if carried is not None:
                 return None
-            return self._bind_temp(self._new_temp_name(), call, carried)
+            return self._bind_temp(self.names.fresh(), call)
         if self._must_stay_exact(target.name, carried) and not call.exact:
             return None
         value = gen.coerce(call, target.type, 2)
@@ -1127,7 +1133,7 @@ class PipelineBuilder:
                 targets.append(decl.name)
                 decls.append(decl)
             else:
-                targets.append(self._new_temp_name())
+                targets.append(self.names.fresh())
         shape = decls[0].shape if decls else call.shape
         for k, name in enumerate(targets):
             result = replace(call, type=stage.results[k][1], exact=stage.result_exact[k], shape=shape)

@@ -383,7 +383,7 @@ def check_seed(seed: int, checks=CHECKS, valid_only: bool = False) -> dict:
     sim = "sim" in checks and program.compiles
     steps = {"reference": lambda: check_generated_reference(program, checked),
              "compile": lambda: check_generated_compiles(program, checked),
-             "cli": lambda: _check_cli(program),
+             "cli": lambda: check_generated_cli(program),
              "sim": lambda: _check_sim(program, checked, record) if sim else None}
     for check in checks[1:] if checks[0] == "front end" else checks:
         try:
@@ -403,19 +403,36 @@ def _message(exc: BaseException) -> str:
     return text[:6000]
 
 
-def _check_cli(program) -> None:
-    """`fusec compile` of the program in each form and emit kind: exit 0 (1 with a located error
-    where the program does not compile)."""
+CLI_VARIANTS = (("cuda",), ("cuda", "--unfused"), ("report",), ("ir", "--persistent"), ("cuda", "--persistent"))
+
+
+def check_generated_cli(program, variants=CLI_VARIANTS) -> None:
+    """`fusec compile FILE --emit KIND [flags]` for each variant, in-process: exit 0 and what was asked
+    for (a program that does not compile: exit 1 and a located error)."""
+    import contextlib
+    import io
+    import json
+    import re
     import tempfile
 
     from fusec.cli import main
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / program.name
         path.write_text(program.source)
-        for flags in ([], ["--unfused"], ["--persistent", "--emit", "report"], ["--emit", "ir"]):
-            out = Path(folder) / "out.txt"
-            code = main(["compile", str(path), "--pipeline", program.pipeline, "-o", str(out), *flags])
-            assert code == (0 if program.compiles else 1), f"fusec compile {' '.join(flags)}: exit {code}"
+        for emit, *flags in variants:
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["compile", str(path), "--pipeline", program.pipeline, "--emit", emit, *flags])
+            out, err, what = out.getvalue(), err.getvalue(), f"fusec compile --emit {emit} {' '.join(flags)}"
+            if not program.compiles:
+                assert code == 1 and re.match(rf"{re.escape(str(path))}:\d+:\d+: error: ", err), f"{what}: {err}"
+            elif emit == "report":
+                assert code == 0, f"{what}: exit {code}: {err}"
+                assert all(kernel["name"].startswith(program.pipeline) for kernel in json.loads(out)), out
+            elif emit == "cuda":  # a pipeline that writes nothing has no kernel
+                assert code == 0 and ("__global__" in out or "(0 kernels)" in out), f"{what}: exit {code}: {err}"
+            else:
+                assert code == 0 and f"pipeline {program.pipeline}" in out, f"{what}: exit {code}: {err}"
 
 
 def _check_sim(program, checked, record: dict) -> None:

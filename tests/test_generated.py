@@ -6,7 +6,6 @@ each size profile and through both compile forms and the persistent one; every t
 CLI. The seeds are fixed, so CI is reproducible: FUSEC_GEN_SEED (default 0) and FUSEC_GEN_COUNT
 (default 650: about 550 valid) pick others. The rest of the file tests the generator and the oracle themselves.
 """
-import json
 import math
 import os
 import random
@@ -20,12 +19,14 @@ import numpy as np
 import pytest
 from generator import ALL_TYPES, BUILTIN_NAMES, MISTAKES, cast_value, generate, round_to
 from helpers import (
+    CLI_VARIANTS,
     GUARD,
     PROGRAMS,
     assert_agrees,
     assert_located,
     call_guarded,
     check_generated,
+    check_generated_cli,
     check_generated_compiles,
     check_generated_reference,
     copy_args,
@@ -38,11 +39,10 @@ from fusec.frontend import check_source
 
 SEED = int(os.environ.get("FUSEC_GEN_SEED", "0"))
 COUNT = int(os.environ.get("FUSEC_GEN_COUNT", "650"))
-EMITS = [("cuda",), ("cuda", "--unfused"), ("report",), ("ir", "--persistent"), ("cuda", "--persistent")]
 
 
 @pytest.mark.parametrize("seed", range(SEED, SEED + COUNT))
-def test_generated_program(seed, run_cli, tmp_path):
+def test_generated_program(seed):
     program = generate(seed)
     checked = check_generated(program)
     if checked is None:
@@ -50,20 +50,7 @@ def test_generated_program(seed, run_cli, tmp_path):
     check_generated_reference(program, checked)
     check_generated_compiles(program, checked)
     if seed % 10 == 0:
-        path = tmp_path / program.name
-        path.write_text(program.source)
-        emit, *flags = EMITS[seed // 10 % len(EMITS)]
-        code, out, err = run_cli("compile", str(path), "--pipeline", program.pipeline, "--emit", emit, *flags)
-        if not program.compiles:
-            assert code == 1 and re.match(rf"{re.escape(str(path))}:\d+:\d+: error: ", err), err
-            return
-        assert code == 0, f"exit {code}: {err}\n{program.source}"
-        if emit == "report":
-            assert all(kernel["name"].startswith(program.pipeline) for kernel in json.loads(out))
-        elif emit == "cuda":  # a pipeline that writes nothing has no kernel
-            assert "__global__" in out or "(0 kernels)" in out, out
-        else:
-            assert f"pipeline {program.pipeline}" in out, out
+        check_generated_cli(program, [CLI_VARIANTS[seed // 10 % len(CLI_VARIANTS)]])
 
 
 NOISE = list("(){}[];:,=+-*/%<>!?&|.#") + ["->", "**", "&&", "||", "stage", "pipeline", "let", "return", "repeat",
