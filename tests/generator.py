@@ -866,6 +866,7 @@ class PipelineBuilder:
         self.constants: dict[str, object] = {}
         self.constant_outputs: list[ParamDecl] = []
         self.aliases: dict[str, str] = {}  # a dim name -> the name of the dim it stands for
+        self.last_carried: list[str] = []  # what the last top-level loop carried
         self.unassigned_reads: list = []
         self.assigned_outside: set[str] = set()
         # Outputs assigned only inside a loop so far, with its count: reading one after the loop reads
@@ -1068,8 +1069,8 @@ class PipelineBuilder:
         if not outs:
             return None
         out = self.rng.choice(outs)
-        if carried is not None and not self.scope[out.name].exact and self.scope[out.name].role == "out":
-            return self._assign_update(out, carried)
+        if carried is not None and self.scope[out.name].role == "out" and self.rng.random() < 0.7:
+            return self._assign_update(out, carried)  # in a loop, mostly an accumulator: `y = y * 0.5 + x`
         return self._assign_declared(out, carried)
 
     def _assign_update(self, decl: ParamDecl, carried) -> Stmt | None:
@@ -1084,7 +1085,7 @@ class PipelineBuilder:
         if not inouts:
             return None
         decl = self.rng.choice(inouts)
-        if self.rng.random() < 0.6:
+        if self.rng.random() < (0.8 if carried is not None else 0.5):
             return self._assign_update(decl, carried)
         return self._assign_declared(decl, carried)
 
@@ -1185,6 +1186,11 @@ class PipelineBuilder:
         if not candidates:
             return None
         chosen = set(rng.sample(candidates, min(len(candidates), rng.randint(1, 3))))
+        again = [name for name in self.last_carried if name in candidates]
+        if again and rng.random() < 0.6:  # loops one after another, carrying the same value
+            chosen.add(rng.choice(again))
+        if depth == 0:
+            self.last_carried = sorted(chosen)
         outer = dict(self.scope)
         for name in sorted(chosen):  # a carried value inexact after the loop is inexact inside it, from the start
             var = self.scope[name]
