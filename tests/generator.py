@@ -497,9 +497,8 @@ class Var:
     type: str | None  # None: a `let` bound to a weak value
     shape: tuple = ()
     exact: bool = True
-    role: str = "temp"  # in inout out temp scalar count param let result
-    weak: Node | None = None
-
+    role: str = "temp"  # in inout out out_unassigned temp scalar count param let result
+    weak: Node | None = None  # a `let` of a literal-only value: that value (it stays weak)
     bound: Node | None = None  # a `let`'s value (it is not rounded when bound)
 
     def node(self) -> Node:
@@ -514,7 +513,6 @@ class StageSpec:
     params: list  # (name, type, must be exact)
     results: list  # (name, type)
     named: bool
-    lines: list[str] = field(default_factory=list)
     result_exact: list = field(default_factory=list)
     body: list = field(default_factory=list)  # ("let"|"set"|"return"|"multi", names, Node)
 
