@@ -76,7 +76,7 @@ DISAGREEING = {
 
 @pytest.mark.parametrize("name", sorted(DISAGREEING))
 def test_collection_fails_where_a_marker_disagrees(tmp_path, name):
-    for shared in ("conftest.py", "helpers.py"):
+    for shared in ("conftest.py", "helpers.py", "generator.py"):
         shutil.copy(TESTS / shared, tmp_path / shared)
     (tmp_path / name).write_text(DISAGREEING[name])
     (tmp_path / "test_fine_sim.py").write_text("import pytest\npytestmark = pytest.mark.sim\n\n"
