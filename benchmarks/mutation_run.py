@@ -61,6 +61,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -612,20 +613,39 @@ def pytest_command(files: list[str], deselect: str | None) -> list[str]:
     return cmd + (["-k", deselect] if deselect else [])
 
 
+# The pytest processes running now: ended with the run, however it ends.
+_RUNNING: set[subprocess.Popen] = set()
+_STOPPING = threading.Event()
+
+
+def _end_running() -> None:
+    _STOPPING.set()
+    for proc in list(_RUNNING):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run_pytest(tree: Path, cmd: list[str], timeout: float, cache: Path) -> tuple[str, float, str, str]:
     """(status, seconds, first failing test, output tail) of `cmd` run in `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", FUSEC_CACHE_DIR=str(cache))
     env.pop("FUSEC_DEBUG", None)
+    if _STOPPING.is_set():
+        return "error", 0.0, "the run was stopped", ""
     started = time.monotonic()
     # A session of its own, so that a timeout ends the compilers pytest started too.
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    _RUNNING.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         return "timeout", time.monotonic() - started, "", out.decode(errors="replace")[-2000:]
+    finally:
+        _RUNNING.discard(proc)
     seconds = time.monotonic() - started
     text = out.decode(errors="replace")
     if proc.returncode == 0:
@@ -704,7 +724,8 @@ def baseline(suite: Suite, base: Path, workdir: Path, cache: Path) -> float:
 def run_all(mutants: list[Mutant], suite: Suite, base: Path, jobs: int, timeout: float, confirm: bool,
             workdir: Path, cache: Path, log) -> list[Result]:
     results = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+    try:
         futures = {pool.submit(run_mutant, m, suite, base, workdir, cache, timeout, confirm): m for m in mutants}
         for done in concurrent.futures.as_completed(futures):
             r = done.result()
@@ -712,6 +733,9 @@ def run_all(mutants: list[Mutant], suite: Suite, base: Path, jobs: int, timeout:
             extra = f" (rest of suite: {r.confirm} {r.confirm_killed_by})" if r.confirm else ""
             log(f"[{len(results)}/{len(mutants)}] {r.status:8} {r.seconds:6.1f}s {r.mutant.id} "
                 f"{r.mutant.description} {r.killed_by}{extra}")
+    finally:  # interrupted: nothing more starts, and what runs is ended
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_running()
     order = {m.id: k for k, m in enumerate(mutants)}
     return sorted(results, key=lambda r: order[r.mutant.id])
 
@@ -770,9 +794,11 @@ def result_json(r: Result, base: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="fusec-mutation-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the cleanup below runs
     try:
         return run(args, argv, workdir)
     finally:
+        _end_running()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
