@@ -116,3 +116,53 @@ def test_a_literal_dim_in_a_dim_equation_is_quoted_as_a_size():
     f = fusec.jit("pipeline p(x: f32[n], y: f32[4]) -> (z: f32[n]) { z = x + y; }", backend="numpy")
     with pytest.raises(ArgumentError, match="dims 'n' \\(3\\) and of literal size 4 \\(4\\) must be equal"):
         f(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+# Every integer type, each array its own size: y_T = x_T + s_T.
+INT_TYPES = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+             "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}
+EDGES = (f"pipeline edges({', '.join(f'x_{t}: {t}[n_{t}]' for t in INT_TYPES)}, "
+         f"{', '.join(f's_{t}: {t}' for t in INT_TYPES)}) -> ({', '.join(f'y_{t}: {t}[n_{t}]' for t in INT_TYPES)}) {{\n"
+         + "".join(f"    y_{t} = x_{t} + s_{t};\n" for t in INT_TYPES) + "}")
+
+
+def _edge_call(f, scalars: dict):
+    xs = [np.zeros(3 + k, dtype) for k, dtype in enumerate(INT_TYPES.values())]
+    return f(*xs, *(scalars[t] for t in INT_TYPES))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_an_integer_scalar_at_either_end_of_its_range_reaches_the_kernel_exactly(backend):
+    f = fusec.jit(EDGES, backend=backend)
+    for end in (0, 1):
+        edge = {t: int(np.iinfo(d).min if end == 0 else np.iinfo(d).max) for t, d in INT_TYPES.items()}
+        # As Python ints (the binder's fast path) and as NumPy scalars of the type (its full check).
+        for scalars in (edge, {t: INT_TYPES[t](v) for t, v in edge.items()}):
+            for t, y in zip(INT_TYPES, _edge_call(f, scalars)):
+                assert y.dtype == INT_TYPES[t] and y.tolist() == [edge[t]] * y.size, t
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_an_integer_scalar_one_beyond_its_range_is_refused(backend):
+    f = fusec.jit(EDGES, backend=backend)
+    good = {t: 0 for t in INT_TYPES}
+    for t, dtype in INT_TYPES.items():
+        info = np.iinfo(dtype)
+        for value in (int(info.min) - 1, int(info.max) + 1):
+            kinds = [value] + ([np.int64(value)] if t not in ("i64", "u64") else [])
+            for given in kinds:  # a Python int, and a NumPy integer of a wider type
+                with pytest.raises(ArgumentError, match=f"parameter 's_{t}' is {t}; {value} is out of its range"):
+                    _edge_call(f, {**good, t: given})
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_a_literal_dim_is_checked_at_call_time(backend):
+    f = fusec.jit("pipeline p(x: f32[rows, 4]) -> (y: f32[rows, 4]) { y = x * 2.0; }", backend=backend)
+    with pytest.raises(ArgumentError, match=r"parameter 'x': expected shape \[rows, 4\], got \(3, 5\)"):
+        f(np.ones((3, 5), np.float32))
+    out = np.full((3, 5), SENTINEL, np.float32)
+    with pytest.raises(ArgumentError, match=r"output 'y': out= array has shape \(3, 5\), expected \(3, 4\)"):
+        f(np.ones((3, 4), np.float32), out=out)
+    assert (out == SENTINEL).all()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(f(x), x * 2)

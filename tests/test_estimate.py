@@ -2,6 +2,7 @@
 mechanisms it models, each against the kernel that shows it. Its agreement
 with ptxas is the nvcc tier's (test_estimate_nvcc.py)."""
 import pytest
+from estimate_corpus import within
 
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Source
@@ -174,3 +175,42 @@ def test_each_launch_form_has_its_variant_shape():
     assert variant_shape(MultiTensor(chunk=8192), 4) == VariantShape(elements=4, multi_tensor=True)
     with pytest.raises(NotImplementedError):
         variant_shape(object(), 1)
+
+
+V2 = VariantShape(elements=2)
+GRID_STRIDE = VariantShape(grid_stride=True)
+LOOP = VariantShape(grid_stride=True, loop=True)
+# Calibration points: the estimate of y = f(x) (and of a loop kernel) in each
+# form, exactly, beside what ptxas used for the same function when recorded
+# (CUDA 13.0, nvcc -cubin -arch=sm_90 -O3, 2026-12: the first three rows are the
+# ones passes.regs documents). Every constant of passes.regs moves at least one
+# of these estimates: a change of one is a recalibration (test_estimate_nvcc.py
+# holds the corpus to its bound), and these rows are recorded again with it.
+CALIBRATION = [  # (function, dtype, variant, estimate, ptxas)
+    ("abs", "f32", SCALAR, 9, 10), ("abs", "f32", VECTOR4, 15, 14), ("abs", "f32", GRID_STRIDE, 18, 20),
+    ("abs", "f32", V2, 13, 14), ("abs", "f32", VariantShape(elements=4, multi_tensor=True), 26, 32),
+    ("exp", "f32", SCALAR, 10, 11), ("exp", "f32", VECTOR4, 18, 17), ("exp", "f32", GRID_STRIDE, 19, 20),
+    ("sin", "f32", SCALAR, 21, 22), ("sin", "f32", VECTOR4, 27, 25),
+    ("abs", "f64", SCALAR, 11, 10), ("abs", "f64", V2, 16, 14), ("abs", "f64", GRID_STRIDE, 20, 20),
+    ("abs", "f64", VariantShape(elements=2, multi_tensor=True), 27, 32),
+    ("exp", "f64", SCALAR, 15, 14), ("exp", "f64", V2, 24, 26), ("exp", "f64", GRID_STRIDE, 24, 26),
+    ("sin", "f64", SCALAR, 29, 28), ("sin", "f64", V2, 34, 32),
+]
+LOOP_CALIBRATION = {"f32": (18, 20), "f64": (21, 22)}  # s = s * c + 1.0 iterated k times: (estimate, ptxas)
+
+
+@pytest.mark.parametrize("fn,dtype,variant,estimate,ptxas", CALIBRATION,
+                         ids=[f"{c[0]}-{c[1]}-{c[2].elements}{'gs' if c[2].grid_stride else ''}"
+                              f"{'mt' if c[2].multi_tensor else ''}" for c in CALIBRATION])
+def test_the_estimate_of_each_calibration_point(fn, dtype, variant, estimate, ptxas):
+    k = kernel(f"pipeline p(x: {dtype}[n]) -> (y: {dtype}[n]) {{ y = {fn}(x); }}")
+    assert estimate_kernel(k, variant) == estimate
+    assert within(estimate, ptxas)
+
+
+@pytest.mark.parametrize("dtype", list(LOOP_CALIBRATION))
+def test_the_estimate_of_a_loop_kernel_calibration_point(dtype):
+    looped = launch(f"pipeline p(inout s: {dtype}[n], c: {dtype}[n], k: i32) {{ repeat k {{ s = s * c + 1.0; }} }}")
+    assert isinstance(looped.form, RegisterLoop)
+    estimate, ptxas = LOOP_CALIBRATION[dtype]
+    assert estimate_kernel(looped.kernel, LOOP) == estimate and within(estimate, ptxas)

@@ -164,3 +164,60 @@ def test_scalar_only_statements_agree_with_the_reference_in_every_form(name, for
         got, expected = f(x, s, k), ref(x, s, k)
         for a, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
             np.testing.assert_array_equal(a, e)
+
+
+# min, max and clamp follow fminf/fmaxf: a NaN operand yields the other, in either place.
+MIN_MAX_TYPES = {"f16": np.float16, "bf16": BF16, "f32": np.float32, "f64": np.float64}
+MIN_MAX = (f"pipeline p({', '.join(f'a_{t}: {t}[n_{t}], b_{t}: {t}[n_{t}]' for t in MIN_MAX_TYPES)}) -> ("
+           + ", ".join(f"lo_{t}: {t}[n_{t}], hi_{t}: {t}[n_{t}], c_{t}: {t}[n_{t}]" for t in MIN_MAX_TYPES) + ") {\n"
+           + "".join(f"    lo_{t} = min(a_{t}, b_{t});\n    hi_{t} = max(a_{t}, b_{t});\n"
+                     f"    c_{t} = clamp(a_{t}, b_{t}, 2.0);\n" for t in MIN_MAX_TYPES) + "}")
+
+
+@pytest.mark.parametrize("form", FORMS, ids=FORM_IDS)
+def test_min_max_clamp_yield_the_other_operand_of_a_nan(form):
+    f = fusec.jit(MIN_MAX, **form)
+    a = [1.0, np.nan, np.nan, -2.0, 0.5, np.inf, 3.0, np.nan]
+    b = [np.nan, 3.0, np.nan, -np.inf, 0.25, -1.0, np.nan, -0.5]
+    args = []
+    for k, dtype in enumerate(MIN_MAX_TYPES.values()):  # each type its own length
+        args += [np.array(a[:5 + k], dtype), np.array(b[:5 + k], dtype)]
+    results = f(*args)
+    for k, t in enumerate(MIN_MAX_TYPES):
+        x, y = np.array(a[:5 + k]), np.array(b[:5 + k])
+        lo, hi, c = (r.astype(np.float64) for r in results[3 * k:3 * k + 3])
+        np.testing.assert_array_equal(lo, np.fmin(x, y), err_msg=f"min {t}")
+        np.testing.assert_array_equal(hi, np.fmax(x, y), err_msg=f"max {t}")
+        np.testing.assert_array_equal(c, np.fmin(np.fmax(x, y), 2.0), err_msg=f"clamp {t}")
+
+
+ROUNDED_STORES = """
+stage third(a: f16) -> f16 { return a / 3.0; }
+stage third_b(a: bf16) -> bf16 { return a / 3.0; }
+stage widen(a: f16) -> f32 { return f32(a); }
+stage widen_b(a: bf16) -> f32 { return f32(a); }
+pipeline p(h: f16[n], g: bf16[m]) -> (r: f32[n], rb: f32[m], a: f32[n], ab: f32[m], s: f32[n], sb: f32[m]) {
+    r = f32(third(h));
+    rb = f32(third_b(g));
+    a = widen(h / 3.0);
+    ab = widen_b(g / 3.0);
+    t = h / 3.0;
+    tb = g / 3.0;
+    s = f32(t);
+    sb = f32(tb);
+}
+"""
+
+
+@pytest.mark.parametrize("form", FORMS, ids=FORM_IDS)
+def test_f16_and_bf16_values_are_rounded_where_a_stage_returns_takes_or_a_statement_stores_them(form):
+    """Computed in f32, rounded to the storage type at a stage's result, at a
+    stage's parameter and at a statement's target, then read back exactly."""
+    f = fusec.jit(ROUNDED_STORES, **form)
+    values = [1.0, 2.0, 5.0, 7.0, 10.0, 11.0, 13.0, -17.0]
+    h, g = np.array(values, np.float16), np.array(values[:-1], BF16)  # each its own size
+    r, rb, a, ab, s, sb = f(h, g)
+    for got, dtype, n in ((r, np.float16, 8), (a, np.float16, 8), (s, np.float16, 8),
+                          (rb, BF16, 7), (ab, BF16, 7), (sb, BF16, 7)):
+        quotients = [np.float32(v) / np.float32(3) for v in values[:n]]  # the f32 arithmetic
+        assert got.tolist() == [nearest(Fraction(float(q)), dtype) for q in quotients]
