@@ -54,7 +54,8 @@ class SimBackend:
             argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in launch.params]
             for variant in launch.variants:
                 fn = getattr(self.lib, f"fz_launch_{variant.name}")
-                fn.argtypes, fn.restype = argtypes, None
+                # returns what the sim found wrong (a barrier not every thread reaches ...), or NULL
+                fn.argtypes, fn.restype = argtypes, ctypes.c_char_p
                 self.functions[variant.name] = fn
 
     def _build(self, cuda_source: str, interface: LaunchInterface) -> Path:
@@ -80,7 +81,9 @@ class SimBackend:
         def fire(args, stream=None):
             launched.append(variant)
             guarded = [_Guarded(a) if isinstance(a, np.ndarray) else None for a in args]
-            function(grid, block, *[a if g is None else g.address for g, a in zip(guarded, args)])
+            error = function(grid, block, *[a if g is None else g.address for g, a in zip(guarded, args)])
+            if error is not None:
+                raise RuntimeError(f"the sim's {variant}: {error.decode()} (a fusec bug)")
             for g in guarded:
                 if g is not None:
                     g.finish(variant)
