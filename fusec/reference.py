@@ -242,6 +242,10 @@ class Interpreter:
             return value.astype(compute_dtype(pipeline.slot(name).type)) if value.ndim else value
         results = self.eval_body(stmt.body, load, [])
         shape = concrete(stmt.shape, dims)
+        if stmt.reduce:
+            index = np.broadcast_to(results[1], shape[:-1] + (1,)) if stmt.reduce == "pick" else None
+            results = [reduce_rows(stmt.reduce, np.broadcast_to(results[0], shape), index)]
+            shape = shape[:-1] + (1,)
         for target, value in zip(stmt.targets, results):
             slot = pipeline.slot(target)
             stored = np.broadcast_to(value, shape).astype(numpy_dtype(slot.type))
@@ -270,6 +274,37 @@ class Interpreter:
             else:
                 vals.append(np.asarray(apply_op(ins.op, ins.type, operands)))
         return [vals[i] for i in body.results]
+
+
+def reduce_rows(op: str, x: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:
+    """A row reduction over the last axis of `x` (f32 or f64, the accumulation
+    type), keeping it as a length-1 axis. NaN propagates through every one; an
+    empty row gives the identity (sum 0, max -inf, min inf) or NaN (mean, var)."""
+    length = x.shape[-1]
+    t = x.dtype.type
+    with np.errstate(all="ignore"):
+        if op == "sum":
+            return np.sum(x, axis=-1, keepdims=True, dtype=x.dtype)
+        if op == "mean":
+            return np.sum(x, axis=-1, keepdims=True, dtype=x.dtype) / t(length)
+        if op == "max":
+            return np.max(x, axis=-1, keepdims=True, initial=-np.inf)
+        if op == "min":
+            return np.min(x, axis=-1, keepdims=True, initial=np.inf)
+        if op == "var":  # two passes: the mean, then the mean squared deviation from it
+            mean = np.sum(x, axis=-1, keepdims=True, dtype=x.dtype) / t(length)
+            return np.sum((x - mean) * (x - mean), axis=-1, keepdims=True, dtype=x.dtype) / t(length)
+        if op == "logsumexp":  # shifted by the row's max; an infinite or NaN max is the result
+            m = np.max(x, axis=-1, keepdims=True, initial=-np.inf)
+            finite = np.isfinite(m)
+            shifted = np.sum(np.exp(x - np.where(finite, m, t(0))), axis=-1, keepdims=True, dtype=x.dtype)
+            return np.where(finite, m + np.log(shifted), m).astype(x.dtype)
+        if op == "pick":  # each row's element at its index; 0 where the index is outside the row
+            idx = index.astype(np.int64)
+            inside = (idx >= 0) & (idx < length)
+            picked = np.take_along_axis(x, np.where(inside, idx, 0), axis=-1) if length else np.zeros_like(idx, x.dtype)
+            return np.where(inside, picked, t(0)).astype(x.dtype)
+    raise ValueError(f"unknown row reduction {op!r}")
 
 
 def walk_repeats(stmts):

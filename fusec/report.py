@@ -15,6 +15,8 @@ from fusec.ir.launch import (
     LaunchInterface,
     MultiTensor,
     RegisterLoop,
+    RowGrid,
+    RowBlock,
     WorkItemGrid,
     unhandled,
 )
@@ -31,6 +33,8 @@ def form_name(launch: KernelLaunch) -> str:
             return f"register_loop ({count if isinstance(count, int) else 'a count given at call time'} times)"
         case MultiTensor():
             return "multi_tensor"
+        case RowBlock():
+            return "rows"
         case form:
             unhandled(form)
 
@@ -43,6 +47,8 @@ def _grid_name(grid) -> str:
             return "device_fill"
         case WorkItemGrid():
             return "work_items"
+        case RowGrid():
+            return "rows"
         case _:
             unhandled(grid)
 

@@ -41,6 +41,7 @@ from fusec.ir.launch import (
     KernelLaunch,
     MultiTensor,
     RegisterLoop,
+    RowBlock,
 )
 from fusec.passes.regs import VariantShape, estimate_kernel, variant_shape
 
@@ -351,7 +352,8 @@ def _with_widths(launch: KernelLaunch, widths: tuple[int, ...]) -> KernelLaunch:
     return replace(launch, variants=launch.variants + extra)
 
 
-FORM_NAMES = {Elementwise: "vector", GridStride: "grid-stride", RegisterLoop: "loop", MultiTensor: "multi-tensor"}
+FORM_NAMES = {Elementwise: "vector", GridStride: "grid-stride", RegisterLoop: "loop", MultiTensor: "multi-tensor",
+              RowBlock: "row"}
 
 
 def functions(family: str, launch: KernelLaunch) -> list[Function]:

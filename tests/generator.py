@@ -65,7 +65,6 @@ FLOATS = ("f16", "bf16", "f32", "f64")
 INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 NUMERIC = INTS + FLOATS
 ALL_TYPES = ("bool",) + NUMERIC
-F32_MAX = 3.4028234663852886e38
 
 
 def is_float(t: str) -> bool:
@@ -238,8 +237,7 @@ def weak_value(node: Node):
     if node.kind == "name":
         return weak_value(node.value)
     if node.kind == "lit":
-        return node.value if isinstance(node.value, int) else Fraction(node.value) \
-            if math.isfinite(node.value) else None
+        return node.value if isinstance(node.value, int) else Fraction(node.value)
     if node.kind == "un":
         v = weak_value(node.args[0])
         return None if v is None else (-v if node.text == "-" else v)
@@ -259,11 +257,13 @@ def weak_value(node: Node):
     if op == "/":
         if b == 0:
             return 0 if integer else None
-        return int(a / b) if integer else Fraction(a) / b
+        if integer:  # C's truncation, in integers (a float quotient loses digits beyond 2^53)
+            return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+        return Fraction(a) / b
     if op == "%":
         if b == 0:
             return 0 if integer else None
-        r = abs(a) - abs(b) * int(abs(a) / abs(b)) if integer else Fraction(a) - b * int(Fraction(a) / b)
+        r = abs(a) % abs(b) if integer else Fraction(a) - b * int(Fraction(a) / b)
         return (r if a >= 0 else -r) if integer else r
     if op == "**":
         if integer:
@@ -281,12 +281,14 @@ def weak_value(node: Node):
 
 
 def _literal_fits(value, t: str) -> bool:
+    """A literal value as an operand of type t (f16/bf16 compute in f32): an integer within t's range,
+    a float that does not round to infinity (README "Literal range": f64 too, `1e308 * 10.0`)."""
     if t == "bool":
         return True
     if is_int(t):
         lo, hi = int_range(t)
         return isinstance(value, int) and lo <= value <= hi
-    return compute(t) == "f64" or abs(value) <= F32_MAX
+    return math.isfinite(round_to(value, compute(t)))
 
 
 class Typer:
@@ -305,8 +307,8 @@ class Typer:
 
     def operand(self, v: Node, t: str) -> bool:
         """v converted to t as an operand (weak: materialized)."""
-        if v.type is None:
-            return not (v.weak == "float" and not is_float(t)) and weak_fits(v, t)
+        if v.type is None:  # a number -> bool needs a cast, a literal one too (README "Assignment")
+            return t != "bool" and not (v.weak == "float" and not is_float(t)) and weak_fits(v, t)
         return can_convert(v.type, t)
 
     def store(self, v: Node, t: str) -> Node | None:
@@ -330,7 +332,10 @@ class Typer:
             return Node("bin", op, (a, b), "bool", None, shape, a.exact and b.exact)
         if op in ARITH and a.type is None and b.type is None:
             weak = "float" if "float" in (a.weak, b.weak) else "int"
-            return Node("bin", op, (a, b), None, weak, shape)
+            node = Node("bin", op, (a, b), None, weak, shape)
+            if op == "**" and weak == "int" and abs(weak_value(node) or 0).bit_length() > 64:
+                return None  # a power no integer type holds: how far folding goes then is not the README's
+            return node
         common = self.join(a, b)
         if common is None or (op in ARITH and common == "bool"):
             return None
@@ -384,9 +389,9 @@ class Typer:
         return Node("call", name, args, common, None, shape, exact and not libm, libm)
 
     def cast(self, t: str, a: Node) -> Node | None:
-        if a.type is None:
-            via = "f32" if a.weak == "float" and not is_float(t) else "i32" if t == "bool" else t
-            if not weak_fits(a, via):
+        if a.type is None:  # README "Literal range": a cast converts the exact value (`f16(70000.0)` is inf,
+            # `i32(1e10)` saturates); only an integer literal must fit an integer type
+            if a.weak == "int" and is_int(t) and not weak_fits(a, t):
                 return None
             return Node("cast", t, (a,), t, None, a.shape, True)
         return Node("cast", t, (a,), t, None, a.shape, a.exact, narrows(a, t))
@@ -512,8 +517,16 @@ _FLOAT_EDGES = {"f16": ["65504.0", "6.1035156e-05", "5.9604645e-08", "0.00006", 
                         "9007199254740993.0"]}
 
 
+def exact_value(text: str) -> Fraction | float:
+    """A float literal's exact value, as the README folds it (`9007199254740993.0` is not the f64
+    nearest it); a zero stays a float so that `-0.0` keeps its sign."""
+    value = Fraction(text)
+    return value if value else 0.0
+
+
 def float_literal_of(value: float) -> Node:
-    lit = Node("lit", repr(abs(value)), type=None, weak="float", value=abs(value))
+    text = repr(abs(value))
+    lit = Node("lit", text, type=None, weak="float", value=exact_value(text))
     return Node("un", "-", (lit,), None, "float") if value < 0 else lit
 
 
@@ -521,11 +534,11 @@ def float_literal(rng: random.Random, t: str) -> Node:
     """A weak float literal for type t: the common forms, exponents, the edges of t's range."""
     if rng.random() < 0.12:
         text = rng.choice(_FLOAT_EDGES.get(t, _FLOAT_EDGES["f32"]))
-        if not _literal_fits(float(text), t):
+        if not _literal_fits(exact_value(text), t):
             text = "1.5"
     else:
         text = rng.choice(_FLOAT_TEXTS)
-    lit = Node("lit", text, type=None, weak="float", value=float(text))
+    lit = Node("lit", text, type=None, weak="float", value=exact_value(text))
     return Node("un", "-", (lit,), None, "float") if rng.random() < 0.2 else lit
 
 
@@ -913,6 +926,12 @@ class PipelineBuilder:
         # nothing when the count is 0. The checker accepts it; issue 10 asks for a located error or an
         # ArgumentError at call time instead, which the tests expect (`Program.reads_unassigned`).
         self.repeat_only: dict[str, int | str] = {}
+        # Outputs assigned so far only inside loops that may run 0 times (a count of 0 or a parameter),
+        # or inside a loop within one. The README names the loop a read after it needs; where a later
+        # loop assigned such an output too, which one that is would be the checker's choice, not the
+        # README's: so no later loop assigns or reads it, until a statement outside loops assigns it.
+        self.loop_only: set[str] = set()
+        self.skipping: list[bool] = []  # for each enclosing loop: whether it may run 0 times
         self.allow_unassigned_read = rng.random() < 0.04
 
     # ---- the signature
@@ -991,7 +1010,7 @@ class PipelineBuilder:
         return ExprGen(self.rng, self.readable(), self.stages, self.banned, cap, hidden=set(self.scope))
 
     def readable(self) -> dict[str, Var]:
-        hidden = set(self.repeat_only) if self.in_loop else set()
+        hidden = set(self.repeat_only) | self.loop_only if self.in_loop else set()
         return {n: v for n, v in self.scope.items() if v.role != "out_unassigned" and n not in hidden}
 
     in_loop = False
@@ -1020,6 +1039,7 @@ class PipelineBuilder:
         self.unassigned_reads += [self.repeat_only[name] for name in sorted(read)]
         for name in stmt.targets:
             self.repeat_only.pop(name, None)
+            self.loop_only.discard(name)
 
     def _s_comment(self, depth, carried):
         return f"{self.rng.choice(('#', '//'))} {self.rng.choice(('note', 'TODO: tune', 'dead code below?', ''))}"
@@ -1222,7 +1242,7 @@ class PipelineBuilder:
             count = rng.choice((0, 1, 2, 2, 3))
             text = rng.choice((str(count), f"0{count}", f"0x{count:x}")) if rng.random() < 0.3 else str(count)
         candidates = [v.name for v in self.scope.values() if v.role in ("temp", "out", "inout", "out_unassigned")
-                      and (carried is None or v.name in carried)]
+                      and (carried is None or v.name in carried) and v.name not in self.loop_only]
         if not candidates:
             return None
         chosen = set(rng.sample(candidates, min(len(candidates), rng.randint(1, 3))))
@@ -1236,14 +1256,20 @@ class PipelineBuilder:
             var = self.scope[name]
             if var.role != "out_unassigned" and var.exact and rng.random() < 0.5:
                 self.scope[name] = replace(var, exact=False)
+        skips = count == 0 or isinstance(count, str)  # may run 0 times
+        self.skipping.append(skips)
         body = self._block(rng.randint(1, 4), depth + 1, chosen)
+        self.skipping.pop()
         if any(isinstance(s, Stmt) for s in body):
             self.features.add("repeat" if depth == 0 else "nested_repeat")
         after = {}
         for name, var in outer.items():
             now = self.scope[name] if name in chosen else var
             if var.role == "out_unassigned" and now.role == "out":  # assigned by this loop alone
-                if self.allow_unassigned_read and depth == 0:
+                if skips or any(self.skipping):
+                    self.loop_only.add(name)
+                # README: a read after a loop with a literal count of 0 that alone assigns it is an error
+                if self.allow_unassigned_read and depth == 0 and count != 0:
                     self.repeat_only[name] = count
                     self.features.add("read_after_repeat_only")
                 else:
@@ -1263,10 +1289,9 @@ def constant_chain(rng: random.Random, stages) -> tuple[Node, object, str | None
     typer = Typer()
     if rng.random() < 0.5:
         node = float_literal(rng, rng.choice(FLOATS))
-        value = -node.args[0].value if node.kind == "un" else node.value
     else:
         node = int_literal(rng, rng.choice(INTS + ("i32",)))
-        value = -node.args[0].value if node.kind == "un" else node.value
+    value = -node.args[0].value if node.kind == "un" else node.value  # exact: a Fraction, an int or 0.0
     vtype = None
     kind = node.weak
     for _ in range(rng.randint(1, 3)):
@@ -1274,20 +1299,15 @@ def constant_chain(rng: random.Random, stages) -> tuple[Node, object, str | None
         cast = typer.cast(t, node)
         if cast is None:
             continue
-        if vtype is None:  # a literal takes the cast's type; a float one goes through f32 to an integer
-            via = "f32" if kind == "float" and not is_float(t) else "i32" if t == "bool" else t
-            value = materialize(value, via)
-            value = cast_value(value, via, t) if via != t else value
-        else:
-            value = cast_value(value, vtype, t)
+        # The first cast converts the literal's exact value (README "Literal range"), as from a type
+        # of its kind that holds it exactly; an integer literal fits an integer cast's type.
+        value = cast_value(value, vtype or ("f64" if kind == "float" else "i64"), t)
         node, vtype = cast, t
     return node, value, vtype
 
 
 def materialize(value, t: str):
-    """A literal's value in type t (it fits)."""
-    if t == "bool":
-        return value != 0
+    """A literal's value stored in type t (it fits; never bool, which needs a cast)."""
     if is_int(t):
         return int(value)
     return round_to(value, t)
@@ -1722,9 +1742,16 @@ class Mistakes:
         return self.insert(f"{self.fresh()} = {stage.name}({', '.join([self.number()] * count)});")
 
     def m_literal_range(self):
+        """A literal out of range where it is stored or is an operand (README "Literal range": a cast
+        of one converts its exact value, `f16(70000.0)` is inf, and is no mistake)."""
         any_param = self.rng.choice(self.b.params).name if self.b.params else "2.0"
+        if self.rng.random() < 0.2:  # stored as f16/bf16, where the literal rounds to inf
+            name, t = self.fresh(), self.rng.choice(("f16", "bf16"))
+            text = self.rng.choice(("70000.0", "65520.0", "-1e5") if t == "f16" else ("3.4e38", "-1e39"))
+            return self._with_output(name, t, f"{name} = {text};", last=float_literal_of(1.5))
         form = self.rng.choice(["u8(256)", "i8(-129)", f"f32({any_param}) * 1e39", "1e999", "99999999999999999999",
-                                "f32(1e39)", "u64(-1)", "i64(9223372036854775808)", "f16(-1e39)", "u16(0x10000)"])
+                                "1e39", "-3.41e38", f"f16({any_param}) * -1e39", "1e38 * 10.0", "u64(-1)",
+                                "i64(9223372036854775808)", "u16(0x10000)"])
         return self.insert(f"{self.fresh()} = {form};")
 
     def m_assign_to_input(self):
@@ -1735,13 +1762,14 @@ class Mistakes:
         scalars = self.params_of(roles=("scalar", "count"))
         return self.insert(f"{(p := self.rng.choice(scalars)).name} = {p.name};") if scalars else None
 
-    def _with_output(self, name: str, t: str, *texts) -> tuple[list[Line], set[int]]:
-        """A new output of type t (assigned last), and the mistake's statements before that."""
+    def _with_output(self, name: str, t: str, *texts, last: Node | None = None) -> tuple[list[Line], set[int]]:
+        """A new output of type t (assigned `last`, or a literal, at the end), and the mistake's statements
+        before that."""
         out = ParamDecl(name, t, [Dim("1", 1)], "out", (False,))
         body = list(self.body)
         k = self.rng.randint(0, len(body))
         body[k:k] = ["\0mistake"] + list(texts[1:])
-        body.append(Stmt([name], self.b._gen((False,)).literal(t)))
+        body.append(Stmt([name], last or self.b._gen((False,)).literal(t)))
         lines = self.render(outputs=self.b.outputs + [out], body=body)
         index = next(i for i, line in enumerate(lines) if line.text.strip() == "\0mistake")
         lines[index] = Line(lines[index].text.replace("\0mistake", texts[0]), "stmt", depth=1)

@@ -191,15 +191,21 @@ def results_by_name(program, result, args) -> dict:
     return named
 
 
-def assert_bitwise_equal(got: dict, expected: dict, what: str, source: str = "") -> None:
-    """Exactly the same bits (NaN payloads and the sign of zero included)."""
+def assert_bitwise_equal(got: dict, expected: dict, what: str, source: str = "", loose: bool = False) -> None:
+    """Exactly the same bits (NaN payloads and the sign of zero included). `loose`: what the README
+    leaves open between backends and forms ("NaN" results are some NaN; of +0 and -0 "min, max, clamp"
+    may return either) is not compared: any two NaNs are equal, and in a float output +0 and -0."""
     assert got.keys() == expected.keys()
     for name, e in expected.items():
         g = got[name]
         assert g.dtype == e.dtype and g.shape == e.shape, (name, g.dtype, e.dtype, g.shape, e.shape)
-        same = np.ascontiguousarray(g).view(np.uint8) == np.ascontiguousarray(e).view(np.uint8)
+        same = (np.ascontiguousarray(g).view(np.uint8) == np.ascontiguousarray(e).view(np.uint8)).reshape(
+            g.shape + (-1,)).all(axis=-1)
+        if loose and e.dtype.kind not in "biu":
+            g64, e64 = g.astype(np.float64), e.astype(np.float64)
+            same |= (np.isnan(g64) & np.isnan(e64)) | ((g64 == 0) & (e64 == 0))
         if not same.all():
-            where = np.argwhere(~same.reshape(g.shape + (-1,)).all(axis=-1))[:3].tolist()
+            where = np.argwhere(~same)[:3].tolist()
             raise AssertionError(f"{what}: '{name}' differs at {where}: {g[tuple(where[0])]!r} vs "
                                  f"{e[tuple(where[0])]!r}\n{source}")
 
@@ -338,7 +344,8 @@ SIM_FORMS = {"fused": {"fuse": True}, "unfused": {"fuse": False}, "persistent": 
 
 def check_generated_sim(program, checked, pipelines: dict, stats: dict | None = None) -> None:
     """Every sim form (`pipelines`: form -> a JitPipeline on the sim) against the others bit for
-    bit, and against the reference (`assert_agrees`), at every size profile."""
+    bit (but NaN's bits and the sign of a float zero: `assert_bitwise_equal`'s `loose`), and against
+    the reference (`assert_agrees`), at every size profile."""
     from fusec.errors import ArgumentError
     for profile in SIZE_PROFILES:
         args = program.arguments(program.sizes(profile))
@@ -358,7 +365,8 @@ def check_generated_sim(program, checked, pipelines: dict, stats: dict | None = 
                  for form, pipeline in pipelines.items()}
         for form, got in forms.items():
             if form != "fused":
-                assert_bitwise_equal(got, forms["fused"], f"{profile}: sim {form} against sim fused", program.source)
+                assert_bitwise_equal(got, forms["fused"], f"{profile}: sim {form} against sim fused", program.source,
+                                     loose=True)
         shadow = {}
 
         def measured():

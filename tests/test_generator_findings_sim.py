@@ -57,3 +57,15 @@ def test_dims_a_loop_or_one_statement_equates_are_checked_at_the_call(form):
     np.testing.assert_array_equal(b, [-2, -2, -2])
     with pytest.raises(fusec.ArgumentError, match="'n' .*'m'|'m' .*'n'"):
         g(2.0, np.zeros(3, np.float32), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize("form", FORMS, ids=IDS)
+def test_a_dead_value_carried_by_two_loops_beside_a_live_one(form):
+    # u is dead: the first loop's exit value of u is dropped, and nothing may carry it.
+    f = fusec.jit("pipeline p(h: u32[k], inout b: f32[k]) -> (s: f32[k]) {\n"
+                  "    u = b * 2.0;\n    repeat 3 { u = u * 3.0; b = b + h; }\n"
+                  "    repeat 2 { b = b - 1.0; u = u / 2.0; }\n    s = b;\n}", **form)
+    b = np.array([1.0, -4.0], np.float32)
+    s = f(np.array([2, 5], np.uint32), b)
+    np.testing.assert_array_equal(s, np.array([5.0, 9.0], np.float32))
+    np.testing.assert_array_equal(b, s)

@@ -18,18 +18,19 @@ SHAPES = str(ROOT / "tests" / "programs" / "shapes.fz")
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_through_jit(path, backend):
     program = load_program(path)
-    f = fusec.jit(str(path), backend=backend)
-    pipeline = program.pipelines[0]
-    args = random_args(pipeline, 300, seed=7)
-    expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    expected = reference(program, pipeline.name, *expected_args)
-    actual = f(*args)
-    if expected is not None:
-        assert_matches(actual, expected)
-    for p, a, e in zip(pipeline.params, args, expected_args):
-        if p.role == "inout":
-            assert_matches(a, e)
-    assert f.unfused.cuda_source.count("__global__") >= f.cuda_source.count("__global__")
+    module = fusec.jit(str(path), backend=backend)
+    for pipeline in program.pipelines:  # an example of several pipelines gives a module of them
+        f = module if len(program.pipelines) == 1 else getattr(module, pipeline.name)
+        args = random_args(pipeline, 300, seed=7)
+        expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        expected = reference(program, pipeline.name, *expected_args)
+        actual = f(*args)
+        if expected is not None:
+            assert_matches(actual, expected)
+        for p, a, e in zip(pipeline.params, args, expected_args):
+            if p.role == "inout":
+                assert_matches(a, e)
+        assert f.unfused.cuda_source.count("__global__") >= f.cuda_source.count("__global__")
 
 
 @pytest.mark.parametrize("backend", ["numpy", "sim"])

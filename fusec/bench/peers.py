@@ -89,6 +89,19 @@ class XpOps:
     def assign(self, target, value):
         target[...] = value
 
+    def reduce(self, op: str, x, index=None):
+        """A row reduction over the last axis, kept as a length-1 axis (the reference's meaning)."""
+        xp = self.xp
+        if op == "logsumexp":
+            m = x.max(-1, keepdims=True)
+            finite = xp.isfinite(m)
+            return xp.where(finite, m + xp.log(xp.exp(x - xp.where(finite, m, 0)).sum(-1, keepdims=True)), m)
+        if op == "pick":
+            inside = (index >= 0) & (index < x.shape[-1])
+            picked = xp.take_along_axis(x, xp.where(inside, index, 0).astype(xp.int64), axis=-1)
+            return xp.where(inside, picked, 0)
+        return getattr(x, op)(-1, keepdims=True)  # sum, mean, max, min, var (population)
+
 
 class TorchOps:
     def __init__(self, torch):
@@ -137,6 +150,18 @@ class TorchOps:
 
     def assign(self, target, value):
         target.copy_(value)
+
+    def reduce(self, op: str, x, index=None):
+        """A row reduction as PyTorch users write it."""
+        torch = self.torch
+        if op == "pick":
+            inside = (index >= 0) & (index < x.shape[-1])
+            picked = torch.gather(x, -1, torch.where(inside, index, 0).to(torch.int64).expand(*x.shape[:-1], 1))
+            return torch.where(inside, picked, torch.zeros((), dtype=x.dtype, device=x.device))
+        if op == "var":
+            return torch.var(x, -1, keepdim=True, unbiased=False)
+        fn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "logsumexp": torch.logsumexp}
+        return fn[op](x, -1, keepdim=True)
 
 
 def _arith(name, args):
@@ -202,6 +227,19 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
         return tuple(outputs) if len(outputs) != 1 else outputs[0] if outputs else None
 
     def run_stage(stage, env):
+        if stage.reduce:
+            (out,), results = stage.outputs, stage.body.results
+            vals = evaluate(stage, env)
+            value = ops.reduce(stage.reduce, vals[results[0]], vals[results[1]] if stage.reduce == "pick" else None)
+            env[out] = ops.store(value, types[out])
+            return
+        vals = evaluate(stage, env)
+        for out, result in zip(stage.outputs, stage.body.results):
+            t = types[out]
+            stored = ops.store(vals[result], t)  # rounded to its type, as a store does
+            env[out] = ops.load(stored, t) if t.compute != t else stored
+
+    def evaluate(stage, env):
         vals = []
         for ins in stage.body.instrs:
             operands = [vals[a] for a in ins.args]
@@ -213,9 +251,6 @@ def peer_function(graph: StageGraph, ops, param_names: list[str], in_place: bool
                 vals.append(ops.cast(operands[0], stage.body.instrs[ins.args[0]].type, ins.type))
             else:
                 vals.append(ops.op(ins.op, ins.type, operands))
-        for out, result in zip(stage.outputs, stage.body.results):
-            t = types[out]
-            stored = ops.store(vals[result], t)  # rounded to its type, as a store does
-            env[out] = ops.load(stored, t) if t.compute != t else stored
+        return vals
 
     return run

@@ -14,7 +14,7 @@ import jinja2
 from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import Access
+from fusec.ir.kernels import ROW_OPS, ROW_REDUCTIONS, Access
 from fusec.ir.launch import (
     WORK_ITEM,
     ArrayArg,
@@ -29,6 +29,7 @@ from fusec.ir.launch import (
     NumElements,
     PointerTable,
     RegisterLoop,
+    RowBlock,
     ScalarArg,
     Variant,
     WorkItemCount,
@@ -36,6 +37,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.ir.program import fmt_shape
+
 
 
 @functools.cache
@@ -56,6 +58,12 @@ def emit_module(interface: LaunchInterface, source_name: str) -> str:
     return environment().get_template("module.cu.j2").render(
         source=source_name, pipeline=interface.pipeline, form="fused" if interface.fused else "unfused",
         kernels=kernels, helpers=helpers, includes=includes, fast_math=interface.fast_math)
+
+
+class Refs(dict):
+    """Instruction -> the C expression naming its value; `named`: the values given a name so far."""
+
+    named = 0
 
 
 class _KernelEmitter:
@@ -119,6 +127,8 @@ class _KernelEmitter:
                 return {"kind": "grid_stride", **common, **self._loop_variant()}
             case MultiTensor():
                 return {"kind": "multi_tensor", **common, **self._multi_tensor_variant(variant.elements_per_thread)}
+            case RowBlock():
+                return {"kind": "rows", **common, **self._row_variant()}
             case form:
                 unhandled(form)
 
@@ -213,40 +223,173 @@ class _KernelEmitter:
         return {"item": item, "fields": fields, "width": len(WORK_ITEM), "table": self.table, "chunks": self.chunks,
                 "pointers": pointers, "vector_body": vector_body, **self._scalar_body(self.i, namer)}
 
+    def _row_variant(self) -> dict:
+        """One block per row. Instructions are per element (they read an
+        element of the row) or per row; a row reduction's value is known after
+        a pass over the row, so each instruction has a round: the reductions it
+        waits for. Round r's reductions share one pass (the element values they
+        reduce computed in it), combined across the block; per-row values are
+        computed as soon as their round is reached; a last pass stores the
+        row's elements, and thread 0 the per-row values."""
+        k, namer = self.k, self._local_namer()
+        body = k.body.instrs
+        self.helpers.add("rows")
+        last = len(k.extents) - 1
+        length = self.extents[last] if last else self.n
+        row, col = namer.fresh("row"), namer.fresh("col")
+        element_loads = {a.value for a in k.loads if a.present[-1]}
+        per_element: list[bool] = []
+        rounds: list[int] = []
+        for ins in body:
+            reduces = ins.op in ROW_OPS and ins.op != "row_length"
+            per_element.append(not reduces and ((ins.op == "load" and ins.attr in element_loads)
+                                                or any(per_element[a] for a in ins.args)))
+            rounds.append(max((rounds[a] for a in ins.args), default=0) + reduces)
+        coordinates, coordinate_names = self._row_coordinates(row, namer)
+        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads
+                 if a.value in element_loads}
+        loads.update({a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
+                      for a in k.loads if a.value not in element_loads})
+        refs = Refs()
+        partials: dict[str, str] = {}
+
+        def per_row(round_: int) -> list[str]:
+            """Lines computing the per-row values of this round."""
+            out = []
+            for idx, ins in enumerate(body):
+                if per_element[idx] or rounds[idx] != round_ or ins.op in ROW_REDUCTIONS:
+                    continue
+                if ins.op == "row_length":
+                    refs[idx] = namer.fresh("length")
+                    out.append(f"const {ins.type.compute.c} {refs[idx]} = ({ins.type.compute.c}){length};")
+                else:
+                    out.append(self._instruction(idx, loads, namer, refs))
+            return [line for line in out if line]
+
+        def element_pass(roots: list[int]) -> dict:
+            """A loop over the row computing the per-element values `roots` need."""
+            needed, local = set(), namer.copy()
+            for idx in sorted(roots, reverse=True):
+                if per_element[idx]:
+                    needed.add(idx)
+            for idx in range(len(body) - 1, -1, -1):
+                if idx in needed:
+                    needed.update(a for a in body[idx].args if per_element[a])
+            inner = Refs(refs)
+            inner.named = refs.named
+            lines = [self._instruction(idx, loads, local, inner) for idx in sorted(needed)]
+            refs.named = inner.named
+            return {"lines": [line for line in lines if line], "refs": inner}
+
+        scope = coordinates + per_row(0)
+        passes = []
+        for round_ in range(1, max(rounds, default=0) + 1):
+            reductions = [idx for idx, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and rounds[idx] == round_]
+            if not reductions:
+                continue
+            loop = element_pass([a for idx in reductions for a in body[idx].args])
+            init, steps, combine, finish = [], [], [], []
+            for idx in reductions:
+                ins = body[idx]
+                t = ins.type.compute.c
+                partial = partials.setdefault(t, namer.fresh(f"partial_{t}"))
+                acc = namer.fresh("acc")
+                value = loop["refs"][ins.args[0]]
+                if ins.op == "row_pick":
+                    hits = namer.fresh("hits")
+                    init += [f"{t} {acc} = -({t})0;", f"{t} {hits} = 0;"]  # -0 + x is x exactly
+                    steps.append(f"if ({col} == {loop['refs'][ins.args[1]]}) {{ {acc} = {value}; {hits} = 1; }}")
+                    combine += [(acc, "fz_sum_op", partial), (hits, "fz_sum_op", partial)]
+                    refs[idx] = namer.fresh("picked")
+                    finish.append(f"const {t} {refs[idx]} = {hits} != ({t})0 ? {acc} : ({t})0;")
+                    continue
+                op = {"row_sum": "fz_sum_op", "row_max": "fz_max_op", "row_min": "fz_min_op"}[ins.op]
+                start = {"row_sum": f"({t})0", "row_max": f"-({t})INFINITY", "row_min": f"({t})INFINITY"}[ins.op]
+                init.append(f"{t} {acc} = {start};")
+                steps.append(f"{acc} = {op}()({acc}, {value});")
+                combine.append((acc, op, partial))
+                refs[idx] = acc
+            passes.append({"init": init, "lines": loop["lines"], "steps": steps, "combine": combine,
+                           "after": finish + per_row(round_)})
+        element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
+        final = element_pass([at for _, at in element_stores]) if element_stores else None
+        if final is not None:
+            final["stores"] = [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
+                               for a, at in element_stores]
+        row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
+                      for a, at in k.stores if not a.present[-1]]
+        return {"row": row, "col": col, "length": length, "scope": scope,
+                "partials": [(t, name) for t, name in partials.items()], "passes": passes, "final": final,
+                "row_stores": row_stores}
+
+    def _row_coordinates(self, row: str, namer: Namer) -> tuple[list[str], dict[int, str]]:
+        """The row's coordinates over the leading collapsed dims, outermost first,
+        where a per-row access does not vary along every one of them."""
+        lead = len(self.k.extents) - 1
+        if all(all(a.present[:-1]) for a in self.k.loads if not a.present[-1]):
+            return [], {}
+        self.helpers.add("index")
+        lines, names, rest = [], {}, row
+        for j in range(lead - 1, 0, -1):
+            names[j] = namer.fresh(f"r{j}")
+            lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
+            quotient = namer.fresh(f"q{j}")
+            lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
+            rest = quotient
+        names[0] = rest
+        return lines, names
+
+    def _row_offset(self, access: Access, row: str, coordinates: dict[int, str]) -> str:
+        """Offset of a per-row access (one that does not vary along the row): the
+        row itself where it varies along every other dim, else from the row's coordinates."""
+        lead = access.present[:-1]
+        if all(lead):
+            return row
+        terms, stride = [], []
+        for j in range(len(lead) - 1, -1, -1):
+            if lead[j]:
+                terms.append(" * ".join([coordinates[j]] + stride))
+                if j > 0:
+                    stride = [self.extents[j]] + stride
+        return " + ".join(reversed(terms)) or "0"
+
     def _computation(self, loads: dict[str, str], namer: Namer,
                      mutable: set[int] = frozenset()) -> tuple[list[str | None], list[str]]:
         """One line per instruction, None where it is inlined (a constant, a
         scalar parameter); the `mutable` ones are variables, not constants."""
-        refs: list[str] = []
-        lines: list[str | None] = []
+        refs = Refs()
+        lines = [self._instruction(idx, loads, namer, refs, idx in mutable) for idx in range(len(self.k.body.instrs))]
+        return lines, [refs[idx] for idx in range(len(lines))]
+
+    def _instruction(self, idx: int, loads: dict[str, str], namer: Namer, refs: "Refs",
+                     mutable: bool = False) -> str | None:
+        """The line computing instruction `idx` from `refs` (None where it is
+        inlined: a constant, a scalar parameter); records its name in `refs`."""
         body = self.k.body.instrs
-        for idx, ins in enumerate(body):
-            if ins.op == "const":
-                refs.append(const(ins.attr, ins.type))
-                lines.append(None)
-                continue
-            if ins.op == "load" and ins.attr in self.scalars:
-                refs.append(self.scalars[ins.attr])
-                lines.append(None)
-                continue
-            if ins.op == "load":
-                expr = loads[ins.attr]
-            elif ins.op == "cast":
-                src = body[ins.args[0]].type
-                expr = cast_expr(src, ins.type, refs[ins.args[0]])
-                if ins.type.is_int and src.is_float:
-                    self.helpers.add("f2i")
-            else:
-                operand_type = body[ins.args[0]].type if ins.args else ins.type
-                if ins.op == "select":
-                    operand_type = body[ins.args[1]].type
-                expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args], self.fast_math)
-                self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
-            name = namer.fresh(f"v{sum(1 for line in lines if line)}")
-            qualifier = "" if idx in mutable else "const "
-            lines.append(f"{qualifier}{ins.type.compute.c} {name} = {expr};")
-            refs.append(name)
-        return lines, refs
+        ins = body[idx]
+        if ins.op == "const":
+            refs[idx] = const(ins.attr, ins.type)
+            return None
+        if ins.op == "load" and ins.attr in self.scalars:
+            refs[idx] = self.scalars[ins.attr]
+            return None
+        if ins.op == "load":
+            expr = loads[ins.attr]
+        elif ins.op == "cast":
+            src = body[ins.args[0]].type
+            expr = cast_expr(src, ins.type, refs[ins.args[0]])
+            if ins.type.is_int and src.is_float:
+                self.helpers.add("f2i")
+        else:
+            operand_type = body[ins.args[0]].type if ins.args else ins.type
+            if ins.op == "select":
+                operand_type = body[ins.args[1]].type
+            expr = op_expr(ins.op, ins.type, operand_type, [refs[a] for a in ins.args], self.fast_math)
+            self.helpers.update(h for fn, h in HELPERS.items() if fn + "(" in expr)
+        name = namer.fresh(f"v{refs.named}")
+        refs.named += 1
+        refs[idx] = name
+        return f"{'' if mutable else 'const '}{ins.type.compute.c} {name} = {expr};"
 
     def _coordinates(self, i: str) -> tuple[list[str], dict[int, str]]:
         """Coordinates of the flat index in the collapsed space, outermost first."""

@@ -1,10 +1,12 @@
 """The sim backend's launchers: one host C++ function per variant that runs the
 emitted kernel, unchanged, for every thread of its grid (`fz_sim_grid` in the
-shim header). Rendered from the launch interface alone, like the CUDA module."""
+shim header, or `fz_sim_grid_cooperative` for a kernel whose threads synchronize)
+and returns what the sim found wrong, if anything. Rendered from the launch
+interface alone, like the CUDA module."""
 from __future__ import annotations
 
 from fusec.codegen.emit import environment
-from fusec.ir.launch import LaunchInterface
+from fusec.ir.launch import LaunchInterface, RowGrid
 
 
 def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
@@ -18,5 +20,8 @@ def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
             else:
                 params.append(f"{p.pack.c} a{j}")
                 args.append(f"a{j}")
-        launchers += [{"name": v.name, "params": params, "args": args} for v in launch.variants]
+        # A row kernel's threads meet at barriers and shuffles: its blocks run as fibers.
+        launchers += [{"name": v.name, "params": params, "args": args, "cooperative": isinstance(v.grid, RowGrid),
+                       "shared_bytes": 0}
+                      for v in launch.variants]
     return environment().get_template("sim_launcher.cpp.j2").render(module=module_file, kernels=launchers)

@@ -40,6 +40,14 @@ BUILTINS: dict[str, Builtin] = {
     "isinf": Builtin(1, "class"),
 }
 
+# Row reductions over the last axis (pipelines only): name -> (IR op, arity).
+# Their result has the operand's shape with a trailing 1 and is computed in the
+# accumulation type (f32 for f16/bf16/f32, f64 for f64).
+ROW_REDUCTIONS: dict[str, tuple[str, int]] = {
+    "row_sum": ("sum", 1), "row_mean": ("mean", 1), "row_max": ("max", 1), "row_min": ("min", 1),
+    "row_var": ("var", 1), "row_logsumexp": ("logsumexp", 1), "row_pick": ("pick", 2),
+}
+
 # Weak float constants (pi and e to more digits than f64 holds, so that a literal
 # of any type rounds them once: see literals), and the two bools.
 FLOAT_CONSTANTS = {
@@ -57,8 +65,11 @@ LOGIC_OPS = {"&&": "and", "||": "or"}
 
 # ---- what to say about a function that does not exist
 # Reductions: statements are elementwise, so a call of one is a reduction the language lacks.
-REDUCTIONS = frozenset("sum mean prod product argmax argmin amax amin norm var std cumsum cumprod softmax "
-                       "log_softmax logsumexp any all dot matmul reduce count nansum nanmean median".split())
+REDUCTIONS = frozenset("prod product argmax argmin norm std cumsum cumprod softmax log_softmax "
+                       "any all dot matmul reduce count nansum nanmean median".split())
+# Names users try for a row reduction .fz has: the spelling to write.
+ROW_ALIASES = {"sum": "row_sum", "mean": "row_mean", "amax": "row_max", "amin": "row_min", "var": "row_var",
+               "logsumexp": "row_logsumexp", "gather": "row_pick", "take": "row_pick"}
 RANDOM = frozenset("rand randn randint random uniform normal bernoulli dropout seed rng philox".split())
 CONTROL = frozenset("if else elif for while do switch loop".split())
 # NumPy and C names of builtins, and functions written with builtins.
@@ -74,9 +85,12 @@ ALIASES = {
 def unknown_function(name: str, known: list[str]) -> str:
     """The message for a call of `name`, which is neither a builtin, a cast nor a stage
     (`known`: the stages and types that may be called)."""
+    if name in ROW_ALIASES:
+        return (f"unknown function '{name}'; a reduction over each row (the last axis) is "
+                f"{ROW_ALIASES[name]}(x), with shape [..., 1]")
     if name in REDUCTIONS:
-        return (f"'{name}' is a reduction, which .fz does not have yet: statements are elementwise (row "
-                "reductions over the last axis are planned); compute it outside fusec and pass it in")
+        return (f"'{name}' is a reduction .fz does not have: the row reductions over the last axis are "
+                f"{', '.join(ROW_REDUCTIONS)}; compute it outside fusec and pass it in")
     if name in RANDOM:
         return (f"'{name}': .fz has no random number generation; draw the random values outside fusec "
                 "(e.g. cupy.random) and pass them in as an array")
@@ -85,7 +99,7 @@ def unknown_function(name: str, known: list[str]) -> str:
                 "`where(c, a, b)`, and repeat statements with `repeat N { ... }` in a pipeline")
     if ALIASES.get(name):
         return f"unknown function '{name}'; write {_quote(ALIASES[name])}"
-    close = closest(name, sorted(BUILTINS) + known)
+    close = closest(name, sorted(BUILTINS) + sorted(ROW_REDUCTIONS) + known)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown function '{name}'{hint}"
 

@@ -22,6 +22,7 @@ from fusec.frontend.builtins import (
     COMPARE_OPS,
     FLOAT_CONSTANTS,
     LOGIC_OPS,
+    ROW_REDUCTIONS,
     unknown_function,
 )
 from fusec.ir.program import BodyBuilder, Instr, StageFn
@@ -76,15 +77,18 @@ class ExprChecker:
     """Checks expressions of one body (a stage, or one pipeline statement).
 
     `lookup(name)` resolves a name to a Strong value (or None); `stages` are
-    the already-checked stages a call may name.
+    the already-checked stages a call may name; `reduce(call)` checks a row
+    reduction and gives its value (None: a stage body, which has no rows).
     """
 
     def __init__(self, builder: BodyBuilder, diags: Diagnostics,
-                 lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn | None]):
+                 lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn | None],
+                 reduce: Callable[[syntax.Call], Typed] | None = None):
         self.b = builder
         self.diags = diags
         self.lookup = lookup
         self.stages = stages
+        self.reduce = reduce
 
     # ---- helpers
     def error(self, loc: Loc, message: str) -> Strong:
@@ -291,15 +295,20 @@ class ExprChecker:
             if len(node.args) != 1:
                 return self.error(node.loc, f"cast {node.func}(...) takes 1 argument, got {len(node.args)}")
             return self.cast(self.check(node.args[0]), BY_NAME[node.func], node.loc)
+        if node.func in ROW_REDUCTIONS:
+            if self.reduce is None:
+                return self.error(node.loc, f"{node.func}() reduces the rows of an array: it belongs in a pipeline "
+                                            "statement; a stage computes one element")
+            return self.reduce(node)
         builtin = BUILTINS.get(node.func)
         if builtin is None:
             if self.lookup(node.func, node.loc) is not None:
                 return self.error(node.loc, f"'{node.func}' is a value, not a function")
             return self.error(node.loc, unknown_function(node.func, [*self.stages, *BY_NAME]))
         if len(node.args) != builtin.arity:
-            # max(x) or min(x) reads as a reduction, which the language does not have yet.
-            reduction = (" (elementwise, of its arguments: row reductions over an axis are planned but not in "
-                         "the language yet)" if node.func in ("min", "max") and len(node.args) == 1 else "")
+            # max(x) or min(x) reads as a reduction: say how one is written.
+            reduction = (f" (elementwise, of its arguments; the {node.func}imum of each row is "
+                         f"row_{node.func}(x))" if node.func in ("min", "max") and len(node.args) == 1 else "")
             return self.error(node.loc, f"{node.func}() takes {builtin.arity} argument"
                                         f"{'s' if builtin.arity > 1 else ''}, got {len(node.args)}{reduction}")
         args = [self.check(a) for a in node.args]

@@ -7,9 +7,22 @@ be equal at call time (`ir.DimEq`); only a literal 1 broadcasts.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Callable
+
 from fusec.errors import Diagnostics, Loc
 from fusec.frontend import syntax
-from fusec.frontend.check_expr import POISON, ExprChecker, Strong, Typed, assigned_values, default_type, resolve_type
+from fusec.frontend.builtins import ROW_REDUCTIONS
+from fusec.frontend.check_expr import (
+    POISON,
+    ExprChecker,
+    Strong,
+    Typed,
+    Weak,
+    assigned_values,
+    default_type,
+    resolve_type,
+)
 from fusec.ir.program import (
     Apply,
     BodyBuilder,
@@ -24,6 +37,7 @@ from fusec.ir.program import (
     Stmt,
     fmt_shape,
 )
+from fusec.types import F32, F64, I64
 
 MAX_DIM = 1 << 62
 # Repeat counts are signed 64-bit in emitted code (and in every backend's loop).
@@ -97,6 +111,7 @@ class PipelineChecker:
         self.loop_of: dict[int, _Loop] = {}   # id(ir Repeat) -> its loop record
         self.repeat_outer: list[set[str]] = []  # names visible before each enclosing repeat
         self.poisoned: set[str] = set()  # temps whose statement failed: reading them is not a new error
+        self.pending: list[Apply] = []   # row reductions of the statement being checked, to run before it
 
     def check(self) -> Pipeline:
         d = self.d
@@ -160,9 +175,11 @@ class PipelineChecker:
         for stmt in stmts:
             checked = self._repeat(stmt) if isinstance(stmt, syntax.RepeatBlock) else self._apply(stmt)
             if checked is not None:
+                out += self.pending
                 out.append(checked)
             elif isinstance(stmt, syntax.Assign):
                 self._poison_targets(stmt)
+            self.pending = []
         return out
 
     def _poison_targets(self, stmt: syntax.Assign) -> None:
@@ -236,9 +253,15 @@ class PipelineChecker:
             return slot.name, None
         return None, allowed
 
-    def _apply(self, stmt: syntax.Assign) -> Apply | None:
+    def _scope(self) -> tuple[BodyBuilder, list[Slot], ExprChecker, Callable[[Slot, Loc], Strong]]:
+        """A body being checked: its builder, the slots it loads, its expression
+        checker, and `load(slot, loc)`, which loads a slot into it."""
         b = BodyBuilder()
         loaded: list[Slot] = []
+
+        def load(slot: Slot, loc: Loc) -> Strong:
+            loaded.append(slot)
+            return Strong(b.emit(Instr("load", (), slot.type, slot.name, loc=loc)), slot.type)
 
         def lookup(name: str, loc: Loc) -> Strong | None:
             slot = self.current.get(name)
@@ -249,12 +272,65 @@ class PipelineChecker:
             if slot.role == "out" and name in self.maybe_assigned:
                 self._needs_loops_to_run(name, self.maybe_assigned[name], loc)
             elif slot.role == "out" and name not in self.assigned:
-                exprs.error(loc, f"output '{name}' is read before it is assigned")
+                self.diags.error(loc, f"output '{name}' is read before it is assigned")
                 return POISON
-            loaded.append(slot)
-            return Strong(b.emit(Instr("load", (), slot.type, slot.name, loc=loc)), slot.type)
+            return load(slot, loc)
 
-        exprs = ExprChecker(b, self.diags, lookup, self.stages)
+        exprs = ExprChecker(b, self.diags, lookup, self.stages, reduce=lambda call: self._reduction(call, load))
+        return b, loaded, exprs, load
+
+    def _reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
+        """A row reduction in an expression: its own statement (run before the one
+        it is in) into a hidden temporary of shape [..., 1], loaded where it stands."""
+        op, arity = ROW_REDUCTIONS[call.func]
+        if len(call.args) != arity:
+            self.diags.error(call.loc, f"{call.func}() takes {arity} argument{'s' if arity > 1 else ''}, "
+                                       f"got {len(call.args)}")
+            return POISON
+        if self.loops:
+            self.diags.error(call.loc, f"{call.func}() inside 'repeat' is not supported yet; reduce before "
+                                       "the loop, or run this pipeline with backend='numpy'")
+            return POISON
+        b, loaded, exprs, _ = self._scope()
+        before = len(self.diags.items)
+        value = exprs.check(call.args[0])
+        value_arrays = [s.shape for s in loaded if s.is_array]
+        index = exprs.check(call.args[1]) if op == "pick" else None
+        index_arrays = [s.shape for s in loaded[len(value_arrays):] if s.is_array] if op == "pick" else []
+        if len(self.diags.items) > before:
+            return POISON
+        what = f"{call.func}()"
+        if any(isinstance(v, Strong) and v.type is None for v in (value, index)):
+            return POISON  # a name whose statement failed: already reported
+        if isinstance(value, Weak) or not value_arrays:
+            return exprs.error(call.loc, f"{what} reduces each row of an array; its argument is a scalar")
+        if not value.type.is_float:
+            return exprs.error(call.loc, f"{what} needs floats, got {value.type}; convert with f32(...)")
+        space = self.dims.broadcast(value_arrays + index_arrays, call.loc)
+        if space is None:
+            return POISON
+        acc = F64 if value.type == F64 else F32
+        results = [exprs.convert(value, acc, call.loc, what).id]
+        if op == "pick":
+            if isinstance(index, Strong) and not index.type.is_int:
+                return exprs.error(call.loc, f"the index of {what} must be an integer, got {index.type}")
+            index_shape = self.dims.broadcast(index_arrays, call.loc) if index_arrays else ()
+            if index_shape is None:
+                return POISON
+            if index_shape and self.dims.find(index_shape[-1]) != 1:
+                return exprs.error(call.loc, f"the index of {what} must be one per row, of shape [..., 1]; "
+                                             f"it is {fmt_shape(index_shape)}")
+            results.append(exprs.convert(index, I64, call.loc, f"the index of {what}").id)
+        if len(self.diags.items) > before:
+            return POISON
+        name = f"{call.func}#{sum(1 for s in self.slots if '#' in s.name)}"  # '#': no user can name it
+        slot = Slot(name, acc, space[:-1] + (1,), "temp", loc=call.loc)
+        self.slots.append(slot)
+        self.pending.append(Apply((name,), b.build(results), space, None, loc=call.loc, reduce=op))
+        return load_result(slot, call.loc)
+
+    def _apply(self, stmt: syntax.Assign) -> Apply | None:
+        b, loaded, exprs, _ = self._scope()
         before = len(self.diags.items)
         values = assigned_values(stmt, exprs)
         value_shape = self.dims.broadcast([s.shape for s in loaded if s.is_array], stmt.loc)
@@ -269,6 +345,13 @@ class PipelineChecker:
         if len(self.diags.items) > before:
             return None
         callee = stmt.value.func if isinstance(stmt.value, syntax.Call) and stmt.value.func in self.stages else None
+        if isinstance(stmt.value, syntax.Call) and stmt.value.func in ROW_REDUCTIONS \
+                and self._canonical_shape(shape) == self._canonical_shape(self.pending[-1].shape[:-1] + (1,)):
+            # `m = row_max(x);`: the reduction stores into m itself (converted to its type), no copy.
+            reduction = self.pending.pop()
+            self.slots = [s for s in self.slots if s.name != reduction.targets[0]]
+            return Apply((targets[0].name,), reduction.body, reduction.shape, None, loc=stmt.loc,
+                         reduce=reduction.reduce)
         return Apply(tuple(t.name for t in targets), b.build(results), shape, callee, loc=stmt.loc)
 
     def _targets(self, stmt: syntax.Assign, values: list[Typed], value_shape: Shape) -> list[Slot] | None:
@@ -350,5 +433,5 @@ class PipelineChecker:
                 unassigned = tuple(self.loop_of[id(s)].unassigned_if_zero)
                 out.append(Repeat(s.count, self._canonical_stmts(list(s.body)), unassigned, loc=s.loc))
             else:
-                out.append(Apply(s.targets, s.body, tuple(self.dims.find(d) for d in s.shape), s.callee, loc=s.loc))
+                out.append(replace(s, shape=tuple(self.dims.find(d) for d in s.shape)))
         return tuple(out)

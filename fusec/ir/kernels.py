@@ -14,6 +14,14 @@ from fusec.ir.stages import Decision
 from fusec.types import ScalarType
 
 
+# The row reductions a row kernel's body may hold: each reduces its first operand
+# over the row ("row_pick": the element where the column equals its second
+# operand, 0 where none does); "row_length" is the row's length. A statement's
+# mean, variance and log-sum-exp are written with them (passes.build_kernel).
+ROW_REDUCTIONS = ("row_sum", "row_max", "row_min", "row_pick")
+ROW_OPS = ROW_REDUCTIONS + ("row_length",)
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """A load or store of one value by a kernel.
@@ -52,6 +60,9 @@ class Kernel:
     # with its exit value (body instructions), the load standing for the variable
     # the loop updates.
     carried: tuple[tuple[int, int], ...] = ()
+    # A row kernel (ir.launch.RowBlock): one block per row; the last collapsed
+    # extent is the row, and the body may hold row reductions (build_kernel.ROW_OPS).
+    rows: bool = False
 
     @property
     def accesses(self) -> tuple[Access, ...]:

@@ -58,7 +58,16 @@ class MultiTensor:
     chunk: int
 
 
-Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor]
+@dataclass(frozen=True, slots=True)
+class RowBlock:
+    """A row kernel: one block per row of the last axis. The block's threads
+    stride over the row once per round of reductions (one that needs another's
+    result comes a round later: the max before a log-sum-exp's sum), combine
+    them across the block (warp shuffles, then shared memory), then store the
+    row's elements in a last pass, and its per-row values from one thread."""
+
+
+Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor, RowBlock]
 
 
 def unhandled(what: object) -> NoReturn:
@@ -84,7 +93,12 @@ class WorkItemGrid:
     """One block per work item, capped as DeviceFillGrid."""
 
 
-Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid]
+@dataclass(frozen=True, slots=True)
+class RowGrid:
+    """One block per row: the product of the collapsed extents but the last."""
+
+
+Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid, RowGrid]
 
 
 @dataclass(frozen=True, slots=True)

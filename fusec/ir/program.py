@@ -74,13 +74,19 @@ class Slot:
 class Apply:
     """One pipeline statement, i.e. one stage: computes `body.results` over the
     iteration space `shape` and stores them (converted to each target's type)
-    into `targets`. `callee` names the stage it calls, None for an inline expression."""
+    into `targets`. `callee` names the stage it calls, None for an inline expression.
+
+    With `reduce` (a row reduction, "sum", "max", ...; builtins.ROW_REDUCTIONS),
+    the body's first result is reduced over the last axis of `shape` into the one
+    target, of shape `shape[:-1] + (1,)`, in the accumulation type; for "pick" the
+    second result is each row's index."""
 
     targets: tuple[str, ...]
     body: Body
     shape: Shape
     callee: str | None
     loc: Loc = loc_field()
+    reduce: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

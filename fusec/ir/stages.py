@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.errors import Loc, loc_field
-from fusec.ir.program import Body, Shape
+from fusec.ir.program import Body, Dim, Shape
 from fusec.types import ScalarType
 
 
@@ -31,6 +31,16 @@ class Stage:
     body: Body                    # no "call"; "load" attr names a Value
     outputs: tuple[str, ...]      # the Value each body result is stored as
     loc: Loc = loc_field()
+    reduce: str | None = None     # a row reduction (ir.program.Apply.reduce): one output, of shape [..., 1]
+    # The rows (leading dims, row length) of the reductions this stage may share
+    # a kernel with: a reduction's own, or those its shape is [*rows, length] or [*rows, 1] of.
+    rows: tuple[Shape, Dim] | None = None
+
+    @property
+    def space(self) -> tuple:
+        """What stages must share to be one kernel: the same rows (a row kernel:
+        one block per row), or else the same elementwise iteration space."""
+        return ("rows",) + self.rows if self.rows else ("elements", self.shape)
 
     def reads(self) -> set[str]:
         return {i.attr for i in self.body.instrs if i.op == "load"}

@@ -11,14 +11,22 @@ from dataclasses import replace
 from fusec.ir.kernels import Access, Kernel
 from fusec.ir.program import Body, BodyBuilder, Dim, Instr, Shape
 from fusec.ir.stages import Loop, Stage, StageGraph
+from fusec.types import BOOL
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
                  loop: Loop | None = None) -> Kernel:
     """One kernel for `stages`, storing the values in `stored`. With `loop`, a
-    loop kernel: the stages are the loop's whole body, iterated in registers; each carried slot's loop value is loaded once, updated with its
-    exit value after every iteration, and stored at the end if it is in `stored`."""
-    shape = stages[0].shape
+    loop kernel: the stages are the loop's whole body, iterated in registers; each
+    carried slot's loop value is loaded once, updated with its exit value after
+    every iteration, and stored at the end if it is in `stored`.
+
+    Stages that share rows (Stage.rows) with a row reduction among them, or with
+    several shapes, make a row kernel over [*rows, length]: its body holds the
+    reductions as instructions (ROW_OPS), each value a whole row's."""
+    rows = stages[0].rows
+    row_kernel = rows is not None and (any(s.reduce for s in stages) or len({s.shape for s in stages}) > 1)
+    shape = rows[0] + (rows[1],) if row_kernel else stages[0].shape
     produced_here = {v for s in stages for v in s.outputs}
     b = BodyBuilder()
     # Every load first, in order of first use: all of them in flight before any math.
@@ -40,8 +48,12 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
                 ids.append(value_ids[ins.attr])
             else:
                 ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
-        for out, result in zip(stage.outputs, stage.body.results):
-            value_ids[out] = ids[result]
+        if stage.reduce:
+            operands = [ids[r] for r in stage.body.results]
+            value_ids[stage.outputs[0]] = _reduction(b, stage.reduce, operands, stage.body.instrs[stage.body.results[0]])
+        else:
+            for out, result in zip(stage.outputs, stage.body.results):
+                value_ids[out] = ids[result]
     if loop is None:
         stores = [(out, value_ids[out]) for stage in stages for out in stage.outputs if out in stored]
         carried = []
@@ -54,13 +66,37 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     carried = [(remap[lv], remap[ev]) for lv, ev, name in carried if name in loaded]
 
     array_loads = [v for v in loaded if graph.value(v).shape is not None]
-    operand_shapes = [graph.value(v).shape for v in array_loads] + [shape for _ in stores]
-    extents, presence = collapse(shape, operand_shapes)
+    operand_shapes = [graph.value(v).shape for v in array_loads] + [graph.value(v).shape for v, _ in stores]
+    extents, presence = (collapse_rows if row_kernel else collapse)(shape, operand_shapes)
     loads = tuple(_access(graph, v, p) for v, p in zip(array_loads, presence))
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access, scalars,
-                  carried=tuple(carried))
+                  carried=tuple(carried), rows=row_kernel)
+
+
+def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> int:
+    """The statement's row reduction `op` as instructions: mean, variance and
+    log-sum-exp from sums and maxima, as the reference computes them."""
+    t = value.type  # the accumulation type (the checker converts to it)
+
+    def emit(name: str, *args: int, type_=t) -> int:
+        return b.emit(Instr(name, args, type_, loc=value.loc))
+    x = operands[0]
+    if op in ("sum", "max", "min", "pick"):
+        return emit(f"row_{op}", *operands)
+    length = emit("row_length")
+    if op == "mean":
+        return emit("div", emit("row_sum", x), length)
+    if op == "var":
+        deviation = emit("sub", x, emit("div", emit("row_sum", x), length))
+        return emit("div", emit("row_sum", emit("mul", deviation, deviation)), length)
+    if op == "logsumexp":  # shifted by the max; an infinite or NaN max is the result
+        m = emit("row_max", x)
+        total = emit("row_sum", emit("exp", emit("sub", x, m)))
+        special = emit("or", emit("isinf", m, type_=BOOL), emit("isnan", m, type_=BOOL), type_=BOOL)
+        return emit("select", special, m, emit("add", m, emit("log", total)))
+    raise ValueError(f"unknown row reduction {op!r}")
 
 
 def live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
@@ -81,6 +117,13 @@ def live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
 def _access(graph: StageGraph, value: str, present: tuple[bool, ...]) -> Access:
     v = graph.value(value)
     return Access(v.name, v.buffer, v.type, present)
+
+
+def collapse_rows(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:
+    """As `collapse`, with the last dim (a row reduction's row) always its own extent, even a literal 1."""
+    lead, lead_presence = collapse(shape[:-1], [op[:-1] for op in operands])  # right-aligned, as in `collapse`
+    last = [len(op) >= 1 and op[-1] != 1 for op in operands]
+    return lead + ((shape[-1],),), [p + (v,) for p, v in zip(lead_presence, last)]
 
 
 def collapse(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:

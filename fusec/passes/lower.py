@@ -75,18 +75,37 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
     results = tuple(current[s.name] for s in pipeline.slots
                     if (s.role == "out" and s.name in current) or (s.role == "inout" and current[s.name] != s.name))
     graph = StageGraph(pipeline.name, tuple(values), tuple(stages), results, tuple(loops), tuple(loop_inputs))
-    return inline_scalar_statements(graph)
+    return assign_rows(inline_scalar_statements(graph))
+
+
+def assign_rows(graph: StageGraph) -> StageGraph:
+    """Marks each stage that may join a row kernel with its rows: every row
+    reduction, and each stage outside loops over [*rows, length] or [*rows, 1]
+    of a reduction's (the first such, in program order)."""
+    spaces = [(s.shape[:-1], s.shape[-1]) for s in graph.stages if s.reduce]
+    if not spaces:
+        return graph
+    stages = []
+    for index, stage in enumerate(graph.stages):
+        rows = None
+        if stage.reduce:
+            rows = (stage.shape[:-1], stage.shape[-1])
+        elif stage.shape and graph.loop_of(index) < 0:
+            rows = next(((lead, length) for lead, length in spaces
+                         if stage.shape[:-1] == lead and stage.shape[-1] in (length, 1)), None)
+        stages.append(replace(stage, rows=rows) if rows else stage)
+    return replace(graph, stages=tuple(stages))
 
 
 def _stage(program: Program, stmt: Apply, current: dict[str, str], new_version, names: dict[str, int]) -> Stage:
     body = inline(program, stmt.body, dict(current))
     outputs = tuple(new_version(t) for t in stmt.targets)
-    return Stage(_stage_name(stmt, names), stmt.shape, body, outputs, loc=stmt.loc)
+    return Stage(_stage_name(stmt, names), stmt.shape, body, outputs, loc=stmt.loc, reduce=stmt.reduce)
 
 
 def _stage_name(stmt: Apply, taken: dict[str, int]) -> str:
     """The callee's name, or the first target's for an inline expression; made unique."""
-    base = stmt.callee or stmt.targets[0].split(".")[0]
+    base = stmt.callee or (f"row_{stmt.reduce}" if stmt.reduce else stmt.targets[0].split(".")[0])
     taken[base] = taken.get(base, 0) + 1
     return base if taken[base] == 1 else f"{base}_{taken[base]}"
 

@@ -76,9 +76,8 @@ def greedy(ctx: Context, accept: Accept) -> tuple[list[list[int]], list[Decision
             if graph.loop_of(groups[k][0]) != graph.loop_of(i):
                 refusals.append(f"not fused with k{k}: a 'repeat' boundary lies between them")
                 break
-            if members[0].shape != stage.shape:
-                refusals.append(f"not fused with k{k}: iteration space {fmt_shape(stage.shape)} differs from "
-                                f"{fmt_shape(members[0].shape)}")
+            if members[0].space != stage.space:
+                refusals.append(f"not fused with k{k}: {_space_difference(stage, members[0])}")
             else:
                 refused = accept(tuple(groups[k]), i)
                 if refused:
@@ -108,7 +107,7 @@ def segments(ctx: Context, price: Callable[[Group], float]) -> list[list[int]]:
     order = [i for i in range(len(graph.stages)) if i in ctx.live]
     runs: list[list[int]] = []
     for i in order:
-        if runs and graph.stages[runs[-1][-1]].shape == graph.stages[i].shape \
+        if runs and graph.stages[runs[-1][-1]].space == graph.stages[i].space \
                 and graph.loop_of(runs[-1][-1]) == graph.loop_of(i):
             runs[-1].append(i)
         else:
@@ -144,7 +143,7 @@ def illegal(ctx: Context, groups: list[list[int]]) -> str | None:
             kernel_of[i] = k
         first = stages[group[0]]
         for i in group[1:]:
-            if stages[i].shape != first.shape or graph.loop_of(i) != graph.loop_of(group[0]):
+            if stages[i].space != first.space or graph.loop_of(i) != graph.loop_of(group[0]):
                 return f"stages {group[0]} and {i} differ in iteration space or loop"
     if set(kernel_of) != set(ctx.live):
         return "not every live stage is in a kernel"
@@ -183,6 +182,14 @@ def relation(ctx: Context, stage: Stage, members: list[Stage]) -> str:
             if v in s.reads() and v not in ctx.producer:
                 return f"sibling: shares input {v} with {s.name}"
     return "horizontal: same iteration space, no shared data"
+
+
+def _space_difference(stage: Stage, other: Stage) -> str:
+    if stage.rows != other.rows and (stage.rows or other.rows):
+        lead, length = stage.rows or other.rows
+        return (f"iteration space {fmt_shape(stage.shape)} differs from {fmt_shape(other.shape)}, and only "
+                f"{fmt_shape(lead + (length,))} and {fmt_shape(lead + (1,))} share a row kernel")
+    return f"iteration space {fmt_shape(stage.shape)} differs from {fmt_shape(other.shape)}"
 
 
 def _conflict(graph: StageGraph, stage: Stage, members: list[Stage]) -> str:
@@ -225,7 +232,7 @@ def random_partition(ctx: Context, rng) -> list[list[int]]:
     graph = ctx.graph
     groups: list[list[int]] = []
     for i in sorted(ctx.live):
-        same = groups and graph.stages[groups[-1][-1]].shape == graph.stages[i].shape \
+        same = groups and graph.stages[groups[-1][-1]].space == graph.stages[i].space \
             and graph.loop_of(groups[-1][-1]) == graph.loop_of(i)
         if same and rng.random() < 0.6:
             groups[-1].append(i)

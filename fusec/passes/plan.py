@@ -12,11 +12,8 @@ from fusec.ir.kernels import Kernel
 from fusec.ir.launch import (
     ArrayArg,
     ConstArg,
-    CountArg,
-    Elementwise,
     Extent,
     Form,
-    GridStride,
     KernelLaunch,
     KernelParam,
     LaunchInterface,
@@ -25,6 +22,7 @@ from fusec.ir.launch import (
     PointerTable,
     RegisterLoop,
     RepeatSteps,
+    RowBlock,
     ScalarArg,
     Temporary,
     WorkItemCount,
@@ -35,10 +33,10 @@ from fusec.ir.program import Pipeline
 from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
 from fusec.passes.cost import nominal_dims, nominal_elements, predict, target_costs
+from fusec.passes.forms import count_of, form_of
 from fusec.passes.fusion import Partition, observed_registers
 from fusec.passes.liveness import live_stages, needed_after
 from fusec.passes.variants import plan_variants
-from fusec.target import FOREACH_CHUNK
 from fusec.types import I64
 
 
@@ -82,7 +80,7 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
     dims = nominal_dims(stage.shape for stage in graph.stages)
     launches = []
     for k, kernel in enumerate(kernels):
-        form = _form(options, loops.get(k), slots)
+        form = form_of(kernel, options.multi_tensor, options.grid_stride, loops.get(k), slots)
         variants = plan_variants(kernel, form, slots.__getitem__, costs, observed.get(tuple(partition.groups[k])))
         iterations = form.count if isinstance(form, RegisterLoop) and isinstance(form.count, int) else 1
         prediction = predict(kernel, variants[0], nominal_elements(kernel.shape, dims), costs, iterations)
@@ -92,20 +90,10 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
                            options.fast_math)
 
 
-def _form(options: PlanOptions, loop: Loop | None, slots: dict[str, int]) -> Form:
-    if loop is not None:
-        return RegisterLoop(_count(loop.count, slots))
-    if options.multi_tensor:
-        return MultiTensor(FOREACH_CHUNK)
-    return GridStride() if options.grid_stride else Elementwise()
-
-
-def _count(count: int | str, slots: dict[str, int]) -> int | CountArg:
-    return count if isinstance(count, int) else CountArg(slots[count])
-
-
 def _check_multi_tensor(graph: StageGraph, kernels: list[Kernel], steps: tuple) -> None:
     pipeline = graph.pipeline
+    if any(k.rows for k in kernels):
+        raise PlanError(f"foreach needs an elementwise pipeline; {pipeline} has a row reduction")
     if len(kernels) != 1 or steps != (0,) or graph.loops:
         raise PlanError(f"foreach needs a pipeline that fuses into one kernel; {pipeline} has "
                         f"{len(kernels)} kernels (or a repeat)")
@@ -153,6 +141,9 @@ def _params(kernel: Kernel, form: Form, slots: dict[str, int]) -> tuple[KernelPa
         return tuple(params) + (KernelParam("const long long*", namer.fresh("table"), WorkItems()),
                                 KernelParam(size, namer.fresh("chunks"), WorkItemCount(), I64))
     params.append(KernelParam(size, namer.fresh("n"), NumElements(), I64))
+    if isinstance(form, RowBlock):  # every extent but the first: the row's length, and coordinates
+        return tuple(params) + tuple(KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64)
+                                     for j in range(1, len(kernel.extents)))
     if isinstance(form, RegisterLoop):
         count = form.count
         params.append(KernelParam(size, namer.fresh("count"), ConstArg(count) if isinstance(count, int) else count, I64))
@@ -171,5 +162,5 @@ def _steps(graph: StageGraph, partition: Partition, loop_kernels: dict[int, int]
         elif in_loop[k] not in done:
             done.add(in_loop[k])
             loop = graph.loops[in_loop[k]]
-            steps.append(RepeatSteps(_count(loop.count, slots), partition.loops[in_loop[k]][0]))
+            steps.append(RepeatSteps(count_of(loop.count, slots), partition.loops[in_loop[k]][0]))
     return tuple(steps)

@@ -73,7 +73,8 @@ def _readers(graph: StageGraph, index: int) -> list[int] | None:
     computes the same values; None where it may not be recomputed."""
     ctx = Context.of(graph)
     producer = graph.stages[index]
-    if index not in ctx.live or graph.loop_of(index) >= 0 or set(producer.outputs) & ctx.must_store:
+    if index not in ctx.live or graph.loop_of(index) >= 0 or set(producer.outputs) & ctx.must_store \
+            or producer.reduce:
         return None
     readers = sorted(j for j, s in enumerate(graph.stages) if set(producer.outputs) & s.reads())
     if not readers or any(graph.loop_of(j) >= 0 for j in readers):

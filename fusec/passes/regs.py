@@ -41,8 +41,8 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from fusec.ir.kernels import Access, Kernel
-from fusec.ir.launch import Elementwise, Form, GridStride, MultiTensor, RegisterLoop, unhandled
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
+from fusec.ir.launch import Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
 from fusec.ir.program import Body, Instr
 
 
@@ -65,6 +65,8 @@ class VariantShape:
     grid_stride: bool = False
     loop: bool = False
     multi_tensor: bool = False
+    rows: bool = False  # a row kernel: loops over its row, accumulators combined across the block
+
 
     def __post_init__(self):
         if self.elements not in (1, 2, 4, 8, 16):
@@ -73,6 +75,8 @@ class VariantShape:
             raise ValueError("VariantShape.loop needs grid_stride=True (a loop kernel strides over the grid)")
         if self.multi_tensor and self.grid_stride:
             raise ValueError("VariantShape.multi_tensor excludes grid_stride and loop (it has its own loops)")
+        if self.rows and (self.grid_stride or self.multi_tensor or self.elements > 1):
+            raise ValueError("VariantShape.rows is a form of its own (one element a thread per pass)")
         if self.elements > 1 and self.grid_stride:
             raise ValueError("VariantShape: a grid-stride or loop variant moves one element per thread")
 
@@ -87,6 +91,8 @@ def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
             return VariantShape(grid_stride=True)
         case RegisterLoop():
             return VariantShape(grid_stride=True, loop=True)
+        case RowBlock():
+            return VariantShape(rows=True)
         case MultiTensor():
             return VariantShape(elements=elements_per_thread, multi_tensor=True)
         case _:
@@ -119,6 +125,11 @@ GRID_STRIDE_REGS = 9
 # A loop kernel carries its iteration counter too, but fewer pointers: its
 # body's values take their place.
 LOOP_REGS = 7
+# A row kernel: a grid-stride-like loop over its row, the row, its length and
+# the shuffles' partners; and each reduction's accumulator (pick: two). Fitted
+# to ptxas on the examples' row kernels (tests/test_estimate_nvcc.py).
+ROW_REGS = 7
+ROW_ACCUMULATOR_REGS = 1
 # The multi-tensor form: the work item (set, start, vector end, end: 64-bit
 # each) and its loops' indices, and per array of the set its 64-bit pointer,
 # loaded for each work item (1.5: some are reloaded from the table instead).
@@ -194,7 +205,7 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[i
 
 
 def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordinates: int,
-              variant: VariantShape) -> int:
+              variant: VariantShape, accumulators: int = 0) -> int:
     # Broadcast coordinates come first, before any value is loaded: a floor under the body.
     floor = INDEX_SETUP_REGS + DIVISION_REGS * coordinates if broadcast_loads else 0
     stores = STORE_ADDRESS_REGS * len(plan.stores)
@@ -203,6 +214,8 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
         vector = VECTOR_BASE_REGS + _vector_pressure(plan, variant.elements)
         return _registers(MULTI_TENSOR_BASE_REGS + pointers + stores + max(vector, plan.walk(1, 1)))
     overhead = BASE_REGS + stores
+    if variant.rows:
+        overhead += ROW_REGS + ROW_ACCUMULATOR_REGS * accumulators
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
     if variant.elements == 1:
@@ -224,6 +237,7 @@ class KernelEstimate:
         self.carried = {loop_value for loop_value, _ in kernel.carried}
         self.broadcast_loads = sum(1 for a in kernel.loads if not a.contiguous and any(a.present))
         self.coordinates = index_divisions(kernel.loads)
+        self.accumulators = sum(1 + (ins.op == "row_pick") for ins in kernel.body.instrs if ins.op in ROW_REDUCTIONS)
         self._plans: dict[bool, _BodyPlan] = {}
 
     def __call__(self, variant: VariantShape) -> int:
@@ -234,7 +248,8 @@ class KernelEstimate:
             plan = self._plans[variant.loop] = _BodyPlan(
                 self.kernel.body, self.stored, self.scalar_loads, self.lane_uniform,
                 self.carried if variant.loop else None)
-        return _estimate(plan, len(self.kernel.loads), self.broadcast_loads, self.coordinates, variant)
+        return _estimate(plan, len(self.kernel.loads), self.broadcast_loads, self.coordinates, variant,
+                         self.accumulators)
 
 
 def estimate_kernel(kernel: Kernel, variant: VariantShape) -> int:

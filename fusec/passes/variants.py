@@ -16,6 +16,8 @@ from fusec.ir.launch import (
     GridStride,
     MultiTensor,
     RegisterLoop,
+    RowGrid,
+    RowBlock,
     Variant,
     WorkItemGrid,
     unhandled,
@@ -82,6 +84,8 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             return (*options[:1], scalar)
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
+        case RowBlock():
+            return (Variant(name, 1, RowGrid(), regs(1)),)
         case MultiTensor():
             width = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)

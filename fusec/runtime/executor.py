@@ -30,6 +30,7 @@ from fusec.ir.launch import (
     ScalarArg,
     Variant,
     WorkItemCount,
+    RowGrid,
     WorkItemGrid,
     WorkItems,
     unhandled,
@@ -217,11 +218,11 @@ class Executor:
     def _launch(self, index: int, values: list, sizes: "_Sizes", stream, launched: list | None) -> None:
         kernel = self.kernels[index]
         n, extents = sizes.kernels[index]
-        if n == 0:
+        variant, block = self._variant(kernel, values, extents)
+        grid = self._grid(variant, block, n, extents)
+        if grid == 0:
             return
         args = [get(values, n, extents) for get in kernel.getters]
-        variant, block = self._variant(kernel, values, extents)
-        grid = self._grid(variant, block, n)
         packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
         fire = self.backend.launcher(variant.name, grid, block)
         if stream is None:
@@ -245,9 +246,12 @@ class Executor:
                 return variant, block
         raise AssertionError(f"{kernel.launch.name}: no variant without needs")  # the plan always ends with one
 
-    def _grid(self, variant: Variant, block: int, n: int) -> int:
-        """Blocks for `n` elements (for a WorkItemGrid, `n` work items)."""
+    def _grid(self, variant: Variant, block: int, n: int, extents: list[int]) -> int:
+        """Blocks for `n` elements (for a WorkItemGrid, `n` work items; for a
+        RowGrid, a block per row: rows of no elements still get their result)."""
         match variant.grid:
+            case RowGrid():
+                return math.prod(extents[:-1])
             case ElementGrid():
                 return -(-(-(-n // variant.elements_per_thread)) // block)
             case DeviceFillGrid():

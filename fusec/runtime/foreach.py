@@ -202,7 +202,7 @@ class MultiTensorExecutor(Executor):
                 case _:
                     unhandled(source)
             args.append(value if pack is None else pack(value))
-        grid = self._grid(self.variant, self.block, prepared.chunks)
+        grid = self._grid(self.variant, self.block, prepared.chunks, [])
         stream = prepared.kind.stream()  # torch tensors: torch's current stream, where they were written
         fire = self.backend.launcher(self.variant.name, grid, self.block)
         if stream is None:

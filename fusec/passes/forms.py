@@ -1,0 +1,28 @@
+"""A kernel's form (ir.launch.Form): how its threads map onto its elements.
+
+Read by the plan pass, and by the fusion pass to price each candidate kernel
+in the form it will run in.
+"""
+from __future__ import annotations
+
+from fusec.ir.kernels import Kernel
+from fusec.ir.launch import CountArg, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock
+from fusec.ir.stages import Loop
+from fusec.target import FOREACH_CHUNK
+
+
+def form_of(kernel: Kernel, multi_tensor: bool = False, grid_stride: bool = False, loop: Loop | None = None,
+            slots: dict[str, int] | None = None) -> Form:
+    """How `kernel`'s threads map onto its elements (the fusion pass prices candidates in it too)."""
+    if kernel.rows:
+        return RowBlock()
+    if loop is not None:
+        return RegisterLoop(count_of(loop.count, slots) if slots is not None else loop.count)
+    if multi_tensor:
+        return MultiTensor(FOREACH_CHUNK)
+    return GridStride() if grid_stride else Elementwise()
+
+
+def count_of(count: int | str, slots: dict[str, int]) -> int | CountArg:
+    """A repeat count as the launch reads it: a literal, or the slot of its parameter."""
+    return count if isinstance(count, int) else CountArg(slots[count])

@@ -1,0 +1,117 @@
+"""Row reductions on the sim (sim tier): the emitted row kernels (one block per
+row: passes over the row, warp shuffles, shared memory, barriers) run on the
+CPU, fused and unfused, against the NumPy reference: max, min and pick exactly,
+sums within the README's bound, and the fused form equal to the unfused one bit
+for bit (the same reduction order in both)."""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import EXAMPLES, load_program, random_args
+
+import fusec
+
+pytestmark = pytest.mark.sim
+BF16 = ml_dtypes.bfloat16
+EPS32 = float(np.finfo(np.float32).eps)
+# Row lengths: one element, fewer than a warp, a warp and one, several
+# elements a thread of a 256-thread block.
+LENGTHS = [1, 7, 33, 257, 1000]
+
+
+def run(source: str, *args, fuse="auto"):
+    return fusec.jit(source, backend="sim", fuse=fuse)(*args)
+
+
+def within_sum_bound(got, want, x):
+    """|got - want| <= length * eps * sum(|x|) per row (the README's bound for sums)."""
+    bound = x.shape[-1] * EPS32 * np.sum(np.abs(x.astype(np.float64)), axis=-1, keepdims=True)
+    return np.all(np.abs(got.astype(np.float64) - want.astype(np.float64)) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_every_reduction_against_the_reference(length):
+    rng = np.random.default_rng(length)
+    x = (rng.standard_normal((5, length)) * 10).astype(np.float32)
+    x[1, length // 2] = np.nan
+    x[2] = -np.inf
+    index = rng.integers(-1, length + 1, (5, 1))
+    source = ("pipeline p(x: f32[r, c], j: i64[r, 1]) -> (s: f32[r, 1], mu: f32[r, 1], hi: f32[r, 1], "
+              "lo: f32[r, 1], v: f32[r, 1], l: f32[r, 1], k: f32[r, 1]) {\n"
+              "    s = row_sum(x); mu = row_mean(x); hi = row_max(x); lo = row_min(x);\n"
+              "    v = row_var(x); l = row_logsumexp(x); k = row_pick(x, j);\n}")
+    want = fusec.jit(source, backend="numpy")(x, index)
+    for fuse in ("auto", "none"):
+        got = run(source, x, index, fuse=fuse)
+        s, mu, hi, lo, v, lse, k = got
+        np.testing.assert_array_equal(hi, want[2])
+        np.testing.assert_array_equal(lo, want[3])
+        np.testing.assert_array_equal(k, want[6])
+        assert np.array_equal(np.isnan(s), np.isnan(want[0]))
+        finite = np.isfinite(want[0])
+        assert within_sum_bound(s[finite], want[0][finite], x[finite[:, 0]])
+        assert within_sum_bound(mu[finite] * length, want[1][finite] * length, x[finite[:, 0]])
+        ok = np.isfinite(want[5])
+        np.testing.assert_array_equal(lse[~ok], want[5][~ok])
+        assert np.all(np.abs(lse[ok] - want[5][ok]) <= 8 * EPS32 * np.maximum(1, np.abs(want[5][ok])) + length * EPS32)
+        okv = np.isfinite(want[4])
+        spread = np.mean(np.abs(x[okv[:, 0]].astype(np.float64)), axis=-1, keepdims=True) ** 2
+        assert np.all(np.abs(v[okv] - want[4][okv]) <= 4 * length * EPS32 * (want[4][okv] + spread[:, 0]))
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if "row_" in p.read_text()], ids=lambda p: p.stem)
+def test_each_row_example_fused_equals_unfused_bit_for_bit_and_the_reference_closely(path):
+    module = fusec.jit(str(path), backend="sim")
+    unfused = fusec.jit(str(path), backend="sim", fuse="none")
+    reference = fusec.jit(str(path), backend="numpy")
+    for pipeline in load_program(path).pipelines:
+        args = random_args(pipeline, 300, seed=5)
+        if "label" in [p.name for p in pipeline.params]:  # labels inside the vocabulary, one ignored
+            vocab = args[0].shape[-1]
+            args[1] = np.random.default_rng(1).integers(0, vocab, args[1].shape)
+            args[1][0, 0] = -100
+        got = getattr(module, pipeline.name)(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        same = getattr(unfused, pipeline.name)(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        want = getattr(reference, pipeline.name)(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        got, same, want = (v if isinstance(v, tuple) else (v,) for v in (got, same, want))
+        for g, u, w in zip(got, same, want):
+            np.testing.assert_array_equal(g.view(np.uint8), u.view(np.uint8), err_msg=pipeline.name)
+            tolerance = 2.0 ** -7 if g.dtype == BF16 else 1e-5  # a bf16 output: its last bit may differ
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tolerance, atol=tolerance,
+                                       err_msg=pipeline.name)
+
+
+def test_leading_dims_broadcasts_and_per_row_inputs():
+    """A 3-D row space, a per-column weight, a per-row input broadcast along the
+    middle dim, per-row results returned, each dim its own size."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4, 37)).astype(np.float32)
+    w = rng.standard_normal(37).astype(np.float32)
+    g = rng.standard_normal((3, 1, 1)).astype(np.float32)
+    source = ("pipeline p(x: f32[a, b, c], w: f32[c], g: f32[a, 1, 1]) -> (y: f32[a, b, c], m: f32[a, b, 1]) {\n"
+              "    m = row_max(x * w) + g;\n    y = x * w - m;\n}")
+    want = fusec.jit(source, backend="numpy")(x, w, g)
+    for fuse in ("auto", "none"):
+        y, m = run(source, x, w, g, fuse=fuse)
+        np.testing.assert_array_equal(m, want[1])
+        np.testing.assert_array_equal(y, want[0])
+
+
+def test_softmax_of_huge_values_does_not_overflow_and_empty_rows_get_their_identity():
+    x = np.array([[3e38, 3e38, -3e38], [-1e30, -1e30, -1e30]], np.float32)
+    source = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) { m = row_max(x); e = exp(x - m); y = e / row_sum(e); }"
+    y = run(source, x)
+    np.testing.assert_array_equal(y, np.array([[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]], np.float32))
+    empty = np.zeros((3, 0), np.float32)
+    s = run("pipeline p(x: f32[r, c]) -> (s: f32[r, 1], m: f32[r, 1]) { s = row_sum(x); m = row_max(x); }", empty)
+    np.testing.assert_array_equal(s[0], [[0], [0], [0]])
+    np.testing.assert_array_equal(s[1], [[-math.inf]] * 3)
+
+
+def test_an_inout_row_normalised_in_place():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    want = x / x.sum(-1, keepdims=True)
+    f = fusec.jit("pipeline p(inout x: f32[r, c]) { x = x / row_sum(x); }", backend="sim")
+    f(x)
+    np.testing.assert_allclose(x, want, rtol=2e-7)
