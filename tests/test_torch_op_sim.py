@@ -226,3 +226,24 @@ def test_importing_fusec_does_not_import_torch():
     code = "import sys, fusec; fusec.jit('pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; }', backend='numpy'); " \
            "assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@torch.no_grad()
+def test_row_reductions_as_ops_match_torch_and_compile_without_a_graph_break():
+    rmsnorm = fusec.torch_op(str(ROOT / "examples/rmsnorm.fz"), name=unique("rmsnorm"), pipeline="rmsnorm")
+    ce = fusec.torch_op(str(ROOT / "examples/cross_entropy.fz"), name=unique("ce"), pipeline="cross_entropy")
+    x, w = torch.randn(6, 45), torch.randn(45)
+    label = torch.randint(0, 45, (6, 1))
+    label[2] = -100  # ignored: 0, as torch's default ignore_index gives
+    torch.library.opcheck(rmsnorm.op, (x, w, 1e-6))
+    torch.library.opcheck(ce.op, (x, label))
+    torch.testing.assert_close(rmsnorm(x, w, 1e-6), torch.nn.functional.rms_norm(x, (45,), w, 1e-6),
+                               rtol=2e-6, atol=2e-6)
+    torch.testing.assert_close(ce(x, label)[:, 0], torch.nn.functional.cross_entropy(x, label[:, 0], reduction="none"),
+                               rtol=2e-6, atol=2e-6)
+
+    def model(a, b):
+        return rmsnorm(a, b, 1e-6).sum() + ce(a, label).mean()
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(compiled(x, w), model(x, w))
+    assert torch._dynamo.explain(model)(x, w).graph_break_count == 0
