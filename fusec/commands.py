@@ -176,6 +176,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", action="store_true", help="also time both forms replayed as one CUDA graph a call")
     p.add_argument("--fuse", choices=[m for m in FUSE_MODES if m != "none"], default="auto",
                    help="the fused form timed beside the unfused one: auto (the cost model's) or all")
+    p.add_argument("--row-length", type=_size, default=4096, metavar="N",
+                   help="the innermost dim of 2-D arrays: a row reduction's row (default: 4096)")
 
 
 def run_bench(args) -> int:
@@ -198,7 +200,7 @@ def run_bench(args) -> int:
         float_type = args.dtype or "as written"
         if args.dtype:
             program = bench.retype(source.text, args.dtype, Path(args.file).stem)
-        runner = bench.Bench(program, name, float_type, graph=args.graph, fuse=args.fuse)
+        runner = bench.Bench(program, name, float_type, graph=args.graph, fuse=args.fuse, row_length=args.row_length)
         runner.check(2 ** 16 + 3)
         for size in args.sizes:
             rows += runner.run(size)

@@ -148,6 +148,18 @@ def test_bench_retypes_a_program():
     assert dims_for(program.pipelines[0], 2 ** 20) == {"rows": 256, "cols": 4096}
 
 
+
+def test_bench_rows_and_minimum_traffic():
+    from fusec.bench.harness import dims_for, minimum_bytes
+    program = load_program(ROOT / "examples/cross_entropy.fz")
+    pipeline = program.pipeline("cross_entropy_bf16")
+    dims = dims_for(pipeline, 2 ** 20, row_length=2 ** 15)
+    assert dims == {"rows": 32, "vocab": 2 ** 15}
+    assert minimum_bytes(pipeline, dims) == 2 ** 20 * 2 + 32 * 8 + 32 * 4  # logits, labels, losses
+    adam = load_program(ROOT / "examples/adam.fz").pipelines[0]
+    assert minimum_bytes(adam, {"n": 10}) == 10 * 4 * (2 + 1 + 2 + 2)  # param, m, v in and out; grad in
+
+
 def test_nested_repeat_is_checked_but_not_yet_compiled(tmp_path, run_cli):
     path = tmp_path / "r.fz"
     path.write_text("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n    y = x;\n"

@@ -25,7 +25,6 @@ from fusec.ir.program import Program
 from fusec.jit import JitOptions, JitPipeline
 from fusec.passes.lower import lower
 from fusec.reference import run as reference
-from fusec.report import report
 
 FLOATS = ("f16", "bf16", "f32", "f64")
 # The innermost dim of a 2-D pipeline in the benchmark (a transformer's hidden size).
@@ -59,15 +58,27 @@ def retype(program_text: str, float_type: str, name: str) -> Program:
     return check_source(Source(f"{name}[{float_type}]", code))
 
 
-def dims_for(pipeline, size: int) -> dict[str, int]:
-    """Dim sizes giving `size` elements: innermost dims INNER wide (or all of it), the first outer the rest."""
+def dims_for(pipeline, size: int, row_length: int = INNER) -> dict[str, int]:
+    """Dim sizes giving `size` elements: innermost dims `row_length` wide (or all of it), the first outer the rest."""
     inner = {p.shape[-1] for p in pipeline.params if p.shape and len(p.shape) > 1 and isinstance(p.shape[-1], str)}
     names = [d for p in pipeline.params if p.shape for d in p.shape if isinstance(d, str)]
     dims = {}
-    width = min(INNER, size)
+    width = min(row_length, size)
     for d in dict.fromkeys(names):
         dims[d] = width if d in inner else (size // width if inner else size)
     return dims
+
+
+def minimum_bytes(pipeline, dims: dict[str, int]) -> int:
+    """The minimum traffic of a call: each array parameter read once (an inout
+    also written once), each output written once (a softmax's x and y; a
+    cross-entropy's logits, labels and one loss a row)."""
+    total = 0
+    for slot in list(pipeline.params) + list(pipeline.outputs):
+        if slot.shape is not None:
+            size = math.prod(dims[d] if isinstance(d, str) else d for d in slot.shape) * slot.type.itemsize
+            total += size * (2 if slot.role == "inout" else 1)
+    return total
 
 
 def make_args(cp, pipeline, dims: dict[str, int], seed: int):
@@ -133,7 +144,9 @@ extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __r
 
 
 class Bench:
-    def __init__(self, program: Program, name: str, float_type: str, graph: bool = False, fuse: str = "auto"):
+    def __init__(self, program: Program, name: str, float_type: str, graph: bool = False, fuse: str = "auto",
+                 row_length: int = INNER):
+        self.row_length = row_length
         import cupy as cp
         self.cp = cp
         self.program, self.name, self.float_type = program, name, float_type
@@ -185,7 +198,7 @@ class Bench:
     def check(self, size: int) -> None:
         """fused == reference on fresh random host data at `size` (odd sizes test the tails)."""
         cp = self.cp
-        dims = dims_for(self.pipeline, size)
+        dims = dims_for(self.pipeline, size, self.row_length)
         args = make_args(cp, self.pipeline, dims, seed=size)
         host = [a.get() if isinstance(a, cp.ndarray) else a for a in args]
         expected = reference(self.program, self.name, *host)
@@ -197,7 +210,7 @@ class Bench:
 
     def run(self, size: int) -> list[Row]:
         cp = self.cp
-        dims = dims_for(self.pipeline, size)
+        dims = dims_for(self.pipeline, size, self.row_length)
         args = make_args(cp, self.pipeline, dims, seed=size + 1)
         # The same call fused and unfused agree on the device before anything is timed.
         fused_out = self.fused(*[a.copy() if isinstance(a, cp.ndarray) else a for a in args])
@@ -236,18 +249,12 @@ class Bench:
         return rows
 
     def minimum_bytes(self, dims: dict[str, int]) -> int:
-        """Each input read once, each output written once: the fused kernels' traffic."""
-        total = 0
-        interface = self.fused.compiled.interface
-        for launch, row in zip(interface.kernels, report(interface)):
-            numel = math.prod(dims[d] if isinstance(d, str) else d for d in launch.kernel.shape)
-            total += (row["bytes_read"] + row["bytes_written"]) * numel
-        return total
+        return minimum_bytes(self.pipeline, dims)
 
     def dispatch(self, size: int = 4096) -> list[Row]:
         """Host µs per call at `size`: fusec (allocating, and with out=) against a bare CuPy launch."""
         cp = self.cp
-        args = make_args(cp, self.pipeline, dims_for(self.pipeline, size), seed=7)
+        args = make_args(cp, self.pipeline, dims_for(self.pipeline, size, self.row_length), seed=7)
         interface = self.fused.compiled.interface
         rows = [Row(self.name, self.float_type, size, "host: fusec call", time_host(cp, lambda: self.fused(*args)))]
         if len(interface.kernels) == 1 and self.pipeline.outputs:
