@@ -26,6 +26,11 @@ BLOCK_SIZE = 256
 # ~51 M values): 8 Ki items 367 µs, 16 Ki 381, 64 Ki 385, 256 Ki 442 (too few
 # items to balance 132 SMs).
 FOREACH_CHUNK = 8192
+# A row kernel that passes over its row more than once keeps the row's inputs
+# in shared memory from the first pass where a row's worth fits in this much
+# (the dynamic shared memory a block gets without opting in); longer rows are
+# read again from global memory (L2) in each pass. Not yet measured on the H200.
+ROW_CACHE_BYTES = 48 * 1024
 
 # The register budget a fused kernel may not exceed is a number of 32-bit
 # registers per thread; ptxas allocates at most this many.

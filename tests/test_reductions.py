@@ -204,7 +204,9 @@ SOFTMAX = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) {\n    m = row_max(x);\n  
 def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
     compiled = compile_text(SOFTMAX)
     (launch,) = compiled.interface.kernels
-    assert (launch.form, [v.grid for v in launch.variants]) == (RowBlock(), [RowGrid()])
+    assert (launch.form, [v.grid for v in launch.variants]) == (RowBlock(), [RowGrid(), RowGrid()])
+    # x is read in three passes: the first variant keeps the row in shared memory, 4 bytes an element.
+    assert [(v.name, v.row_cache) for v in launch.variants] == [("p_k0_cached", 4), ("p_k0", 0)]
     assert [a.buffer for a in launch.kernel.loads] == ["x"]
     assert [a.buffer for a, _ in launch.kernel.stores] == ["y"]
     reductions = [ins.op for ins in launch.kernel.body.instrs if ins.op.startswith("row_")]

@@ -115,3 +115,29 @@ def test_an_inout_row_normalised_in_place():
     f = fusec.jit("pipeline p(inout x: f32[r, c]) { x = x / row_sum(x); }", backend="sim")
     f(x)
     np.testing.assert_allclose(x, want, rtol=2e-7)
+
+
+@pytest.mark.parametrize("length,variant", [(300, "p_k0_cached"), (12288, "p_k0_cached"), (12289, "p_k0")])
+def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeypatch):
+    """A row kernel that reads x in several passes keeps it in shared memory (48
+    KiB: 12288 f32 elements) and reads it again from memory beyond; both give
+    the same bits."""
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((2, length)).astype(np.float32)
+    w = rng.standard_normal(length).astype(np.float32)
+    source = ("pipeline p(x: f32[r, c], w: f32[c]) -> (y: f32[r, c], s: f32[r, 1]) {\n"
+              "    s = row_var(x * w);\n    y = (x * w - row_mean(x * w)) * rsqrt(s + 1e-5);\n}")
+    f = fusec.jit(source, backend="sim")
+    y, s = f(x, w)
+    assert f._runner.backend.launched[-1] == variant
+    want = fusec.jit(source, backend="numpy")(x, w)
+    np.testing.assert_allclose(y, want[0], rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(s, want[1], rtol=2e-4)
+    if variant.endswith("cached"):  # the kernel reading its row from memory in each pass: the same bits
+        import fusec.runtime.executor as executor
+        monkeypatch.setattr(executor, "ROW_CACHE_BYTES", 0)
+        g = fusec.jit(source, backend="sim")
+        again = g(x, w)
+        assert g._runner.backend.launched[-1] == "p_k0"
+        np.testing.assert_array_equal(again[0], y)
+        np.testing.assert_array_equal(again[1], s)

@@ -14,7 +14,7 @@ import jinja2
 from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import ROW_OPS, ROW_REDUCTIONS, Access
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, row_schedule
 from fusec.ir.launch import (
     WORK_ITEM,
     ArrayArg,
@@ -128,7 +128,7 @@ class _KernelEmitter:
             case MultiTensor():
                 return {"kind": "multi_tensor", **common, **self._multi_tensor_variant(variant.elements_per_thread)}
             case RowBlock():
-                return {"kind": "rows", **common, **self._row_variant()}
+                return {"kind": "rows", **common, **self._row_variant(variant)}
             case form:
                 unhandled(form)
 
@@ -223,71 +223,73 @@ class _KernelEmitter:
         return {"item": item, "fields": fields, "width": len(WORK_ITEM), "table": self.table, "chunks": self.chunks,
                 "pointers": pointers, "vector_body": vector_body, **self._scalar_body(self.i, namer)}
 
-    def _row_variant(self) -> dict:
-        """One block per row. Instructions are per element (they read an
-        element of the row) or per row; a row reduction's value is known after
-        a pass over the row, so each instruction has a round: the reductions it
-        waits for. Round r's reductions share one pass (the element values they
-        reduce computed in it), combined across the block; per-row values are
-        computed as soon as their round is reached; a last pass stores the
-        row's elements, and thread 0 the per-row values."""
+    def _row_variant(self, variant: Variant) -> dict:
+        """One block per row, as its RowSchedule says: pass r computes the
+        per-element values round r's reductions reduce, and combines them across
+        the block; per-row values are computed once their round is reached; a
+        last pass stores the row's elements, and thread 0 the per-row values.
+        With `variant.row_cache`, the loads a later pass reads again are kept
+        in shared memory by the first pass that reads them (each thread reads
+        back only the columns it wrote: no barrier is needed for them)."""
         k, namer = self.k, self._local_namer()
         body = k.body.instrs
+        schedule = row_schedule(k)
         self.helpers.add("rows")
         last = len(k.extents) - 1
         length = self.extents[last] if last else self.n
         row, col = namer.fresh("row"), namer.fresh("col")
-        element_loads = {a.value for a in k.loads if a.present[-1]}
-        per_element: list[bool] = []
-        rounds: list[int] = []
-        for ins in body:
-            reduces = ins.op in ROW_OPS and ins.op != "row_length"
-            per_element.append(not reduces and ((ins.op == "load" and ins.attr in element_loads)
-                                                or any(per_element[a] for a in ins.args)))
-            rounds.append(max((rounds[a] for a in ins.args), default=0) + reduces)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
-        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads
-                 if a.value in element_loads}
-        loads.update({a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
-                      for a in k.loads if a.value not in element_loads})
+        per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
+                         for a in k.loads if not a.present[-1]}
+        element_loads = {a.value: f"{self.buffers[a.buffer]}[{self.index(a)}]" for a in k.loads if a.present[-1]}
+        cached = schedule.cached_loads(k) if variant.row_cache else []
+        scope = list(coordinates)
+        caches, offset = {}, []
+        for a in cached:  # one array of the row's elements each, widest first: each stays aligned
+            caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_row")
+            start = " + ".join(offset) or "0"
+            scope.append(f"{a.type.c}* {caches[a.value]} = reinterpret_cast<{a.type.c}*>(fz_smem + {start});")
+            offset.append(f"{length} * {a.type.itemsize}")
         refs = Refs()
         partials: dict[str, str] = {}
+        kept: set[str] = set()  # cached loads already in shared memory
 
         def per_row(round_: int) -> list[str]:
             """Lines computing the per-row values of this round."""
             out = []
             for idx, ins in enumerate(body):
-                if per_element[idx] or rounds[idx] != round_ or ins.op in ROW_REDUCTIONS:
+                if schedule.per_element[idx] or schedule.rounds[idx] != round_ or ins.op in ROW_REDUCTIONS:
                     continue
                 if ins.op == "row_length":
                     refs[idx] = namer.fresh("length")
                     out.append(f"const {ins.type.compute.c} {refs[idx]} = ({ins.type.compute.c}){length};")
                 else:
-                    out.append(self._instruction(idx, loads, namer, refs))
+                    out.append(self._instruction(idx, per_row_loads, namer, refs))
             return [line for line in out if line]
 
-        def element_pass(roots: list[int]) -> dict:
-            """A loop over the row computing the per-element values `roots` need."""
-            needed, local = set(), namer.copy()
-            for idx in sorted(roots, reverse=True):
-                if per_element[idx]:
-                    needed.add(idx)
-            for idx in range(len(body) - 1, -1, -1):
-                if idx in needed:
-                    needed.update(a for a in body[idx].args if per_element[a])
+        def element_pass(needed: frozenset[int]) -> dict:
+            """A loop over the row computing the per-element values `needed`."""
+            loads = dict(per_row_loads)
+            for a in k.loads:
+                if a.value in caches and a.value in kept:
+                    loads[a.value] = load_expr(a.type, f"{caches[a.value]}[{col}]")
+                elif a.value in caches:  # read from global memory, and kept for the next passes
+                    loads[a.value] = load_expr(a.type, f"({caches[a.value]}[{col}] = {element_loads[a.value]})")
+                elif a.value in element_loads:
+                    loads[a.value] = load_expr(a.type, element_loads[a.value])
+            kept.update(body[i].attr for i in needed if body[i].op == "load" and body[i].attr in caches)
             inner = Refs(refs)
             inner.named = refs.named
+            local = namer.copy()  # the loop's scope
             lines = [self._instruction(idx, loads, local, inner) for idx in sorted(needed)]
             refs.named = inner.named
             return {"lines": [line for line in lines if line], "refs": inner}
 
-        scope = coordinates + per_row(0)
+        scope += per_row(0)
         passes = []
-        for round_ in range(1, max(rounds, default=0) + 1):
-            reductions = [idx for idx, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and rounds[idx] == round_]
-            if not reductions:
-                continue
-            loop = element_pass([a for idx in reductions for a in body[idx].args])
+        for round_ in range(1, schedule.reductions + 1):
+            reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_]
+            loop = element_pass(schedule.passes[round_ - 1])
             init, steps, combine, finish = [], [], [], []
             for idx in reductions:
                 ins = body[idx]
@@ -312,13 +314,13 @@ class _KernelEmitter:
             passes.append({"init": init, "lines": loop["lines"], "steps": steps, "combine": combine,
                            "after": finish + per_row(round_)})
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
-        final = element_pass([at for _, at in element_stores]) if element_stores else None
+        final = element_pass(schedule.passes[-1]) if element_stores else None
         if final is not None:
             final["stores"] = [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
                                for a, at in element_stores]
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
-        return {"row": row, "col": col, "length": length, "scope": scope,
+        return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches),
                 "partials": [(t, name) for t, name in partials.items()], "passes": passes, "final": final,
                 "row_stores": row_stores}
 

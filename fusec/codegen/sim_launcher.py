@@ -6,7 +6,7 @@ interface alone, like the CUDA module."""
 from __future__ import annotations
 
 from fusec.codegen.emit import environment
-from fusec.ir.launch import LaunchInterface, RowGrid
+from fusec.ir.launch import Extent, LaunchInterface, NumElements, RowGrid
 
 
 def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
@@ -20,8 +20,11 @@ def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
             else:
                 params.append(f"{p.pack.c} a{j}")
                 args.append(f"a{j}")
-        # A row kernel's threads meet at barriers and shuffles: its blocks run as fibers.
+        # A row kernel's threads meet at barriers and shuffles: its blocks run as fibers,
+        # with the row's cache in dynamic shared memory (bytes per element times the row's length).
+        length = next((f"a{j}" for j, p in reversed(list(enumerate(launch.params)))
+                       if isinstance(p.source, (Extent, NumElements))), "0")
         launchers += [{"name": v.name, "params": params, "args": args, "cooperative": isinstance(v.grid, RowGrid),
-                       "shared_bytes": 0}
+                       "shared_bytes": f"{length} * {v.row_cache}u" if v.row_cache else 0}
                       for v in launch.variants]
     return environment().get_template("sim_launcher.cpp.j2").render(module=module_file, kernels=launchers)

@@ -23,6 +23,61 @@ ROW_OPS = ROW_REDUCTIONS + ("row_length",)
 
 
 @dataclass(frozen=True, slots=True)
+class RowSchedule:
+    """How a row kernel computes its body: `per_element[i]` whether instruction
+    i has a value per element of the row (else one per row); `rounds[i]` the
+    row reductions it waits for (a reduction is known after a pass over the row,
+    so round r's reductions share pass r); `passes[r - 1]` the per-element
+    instructions pass r computes, and `passes[-1]` those of the last pass, which
+    stores the row's elements (absent where none are stored)."""
+
+    per_element: tuple[bool, ...]
+    rounds: tuple[int, ...]
+    passes: tuple[frozenset[int], ...]
+
+    @property
+    def reductions(self) -> int:
+        return max(self.rounds, default=0)
+
+    def cached_loads(self, kernel: "Kernel") -> list["Access"]:
+        """The contiguous loads a later pass reads again: kept in shared memory
+        from the first pass that reads them, widest first (so each stays aligned)."""
+        body = kernel.body.instrs
+        seen, again = set(), set()
+        for needed in self.passes:
+            loaded = {body[i].attr for i in needed if body[i].op == "load"}
+            again |= loaded & seen
+            seen |= loaded
+        return sorted((a for a in kernel.loads if a.contiguous and a.value in again),
+                      key=lambda a: -a.type.itemsize)
+
+
+def row_schedule(kernel: "Kernel") -> RowSchedule:
+    body = kernel.body.instrs
+    element_loads = {a.value for a in kernel.loads if a.present[-1]}
+    per_element: list[bool] = []
+    rounds: list[int] = []
+    for ins in body:
+        reduces = ins.op in ROW_REDUCTIONS
+        per_element.append(not reduces and ((ins.op == "load" and ins.attr in element_loads)
+                                            or any(per_element[a] for a in ins.args)))
+        rounds.append(max((rounds[a] for a in ins.args), default=0) + reduces)
+    roots = [[a for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and rounds[i] == r for a in ins.args]
+             for r in range(1, max(rounds, default=0) + 1)]
+    element_stores = [at for a, at in kernel.stores if a.present[-1]]
+    if element_stores:
+        roots.append(element_stores)
+
+    def cone(ids) -> frozenset[int]:
+        needed = {i for i in ids if per_element[i]}
+        for i in range(len(body) - 1, -1, -1):
+            if i in needed:
+                needed.update(a for a in body[i].args if per_element[a])
+        return frozenset(needed)
+    return RowSchedule(tuple(per_element), tuple(rounds), tuple(cone(r) for r in roots if r))
+
+
+@dataclass(frozen=True, slots=True)
 class Access:
     """A load or store of one value by a kernel.
 

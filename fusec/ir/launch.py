@@ -108,6 +108,9 @@ class Variant:
     alignment: (slot, bytes) for each array the variant moves as whole vectors.
     whole_rows: with broadcast operands, the innermost extent must be a
     multiple of `elements_per_thread` (a vector never straddles a row).
+    row_cache: a row kernel's bytes of shared memory per element of the row
+    (its inputs kept from the first pass for the next); the runtime takes the
+    variant only where a row's worth fits in target.ROW_CACHE_BYTES.
     """
 
     name: str
@@ -116,6 +119,7 @@ class Variant:
     est_regs: int
     alignment: tuple[tuple[int, int], ...] = ()
     whole_rows: bool = False
+    row_cache: int = 0
 
 
 # ---- parameters --------------------------------------------------------------

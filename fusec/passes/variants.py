@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fusec.ir.kernels import Kernel
+from fusec.ir.kernels import Kernel, row_schedule
 from fusec.ir.launch import (
     DeviceFillGrid,
     ElementGrid,
@@ -85,7 +85,13 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case RowBlock():
-            return (Variant(name, 1, RowGrid(), regs(1)),)
+            plain = Variant(name, 1, RowGrid(), regs(1))
+            cached = row_schedule(kernel).cached_loads(kernel)
+            if not cached:
+                return (plain,)
+            # The cached variant's code is the plain one's with some loads from shared memory.
+            return (Variant(f"{name}_cached", 1, RowGrid(), regs(1), row_cache=sum(a.type.itemsize for a in cached)),
+                    plain)
         case MultiTensor():
             width = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)

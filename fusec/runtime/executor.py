@@ -36,6 +36,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.runtime.binder import ArrayKind, ArrayModel, Binder, BoundCall, allocate, concrete, size_of
+from fusec.target import ROW_CACHE_BYTES
 
 
 class Backend(Protocol):
@@ -52,7 +53,7 @@ class Backend(Protocol):
     def packer(self, param: KernelParam) -> Callable[[object], object] | None:
         """How a value becomes this parameter's launch argument (None: passed as it is)."""
 
-    def launcher(self, variant: str, grid: int, block: int) -> Callable[..., None]:
+    def launcher(self, variant: str, grid: int, block: int, shared_bytes: int = 0) -> Callable[..., None]:
         """fire(args, stream=None): launches the function with packed arguments."""
 
     def empty(self, shape: tuple[int, ...], dtype) -> object: ...
@@ -224,13 +225,13 @@ class Executor:
             return
         args = [get(values, n, extents) for get in kernel.getters]
         packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
-        fire = self.backend.launcher(variant.name, grid, block)
+        fire = self.backend.launcher(variant.name, grid, block, extents[-1] * variant.row_cache)
         if stream is None:
             fire(packed)
         else:
             fire(packed, stream=stream)
         if launched is not None:
-            launched.append((index, variant, grid, block, args))
+            launched.append((index, variant, grid, block, extents[-1] * variant.row_cache, args))
 
     def _variant(self, kernel: _Kernel, values: list, extents: list[int]) -> tuple[Variant, int]:
         """The first variant whose arrays are aligned as it needs (and, with
@@ -238,6 +239,8 @@ class Executor:
         pointer = self.backend.pointer
         for variant, block in kernel.variants:
             if variant.whole_rows and extents[-1] % variant.elements_per_thread:
+                continue
+            if variant.row_cache and extents[-1] * variant.row_cache > ROW_CACHE_BYTES:
                 continue
             for slot, size in variant.alignment:
                 if pointer(values[slot]) % size:
@@ -334,9 +337,9 @@ class _RecordedCall:
         scalar_index = {i: j for j, (i, _) in enumerate(self.scalars)}  # parameter position -> index in scalars
         self.alignment: set[tuple[int, int]] = set()
         self.launches = []
-        for index, variant, grid, block, args in launched:
+        for index, variant, grid, block, shared, args in launched:
             kernel = executor.kernels[index]
-            fire = backend.launcher(variant.name, grid, block)
+            fire = backend.launcher(variant.name, grid, block, shared)
             template, new, scalars = [], [], []
             for at, (source, pack, value) in enumerate(zip(kernel.sources, kernel.packers, args)):
                 if isinstance(source, ArrayArg) and source.slot >= first:  # an output or temporary: new each call

@@ -35,6 +35,52 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // add_rmsnorm_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
+// add_rmsnorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
+extern "C" __global__ void add_rmsnorm_k0_cached(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    float* residual_row = reinterpret_cast<float*>(fz_smem + e1 * 4);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = (x_row[col] = x[i]);
+        const float v1 = (residual_row[col] = residual[i]);
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v7 = x_row[col];
+        const float v8 = residual_row[col];
+        const float v9 = w[c1];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h[i] = v10;
+        y[i] = v12;
+    }
+}
 // add_rmsnorm_k0: one block per row; estimated 26 registers.
 extern "C" __global__ void add_rmsnorm_k0(
     const float* __restrict__ x,
@@ -118,6 +164,58 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // add_rmsnorm_bf16_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
+// add_rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    __nv_bfloat16* residual_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + e1 * 2);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = __bfloat162float((residual_row[col] = residual[i]));
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v9 = __bfloat162float(x_row[col]);
+        const float v10 = __bfloat162float(residual_row[col]);
+        const float v11 = __bfloat162float(w[c1]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h[i] = __float2bfloat16_rn(v13);
+        y[i] = __float2bfloat16_rn(v18);
+    }
+}
 // add_rmsnorm_bf16_k0: one block per row; estimated 26 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0(
     const __nv_bfloat16* __restrict__ x,

@@ -35,6 +35,58 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
+// cross_entropy_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
+extern "C" __global__ void cross_entropy_k0_cached(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = -(float)INFINITY;
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v2 = (logits_row[col] = logits[i]);
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v6 = logits_row[col];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
 // cross_entropy_k0: one block per row; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k0(
     const float* __restrict__ logits,
@@ -125,6 +177,60 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
+// cross_entropy_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = -(float)INFINITY;
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v2 = __bfloat162float((logits_row[col] = logits[i]));
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v7 = __bfloat162float(logits_row[col]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
 // cross_entropy_bf16_k0: one block per row; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k0(
     const __nv_bfloat16* __restrict__ logits,

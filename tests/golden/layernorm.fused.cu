@@ -35,6 +35,65 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_k0: row_mean -> row_var -> rstd -> y over [rows, cols]
 // reads x, w (broadcast), b (broadcast); writes mean, rstd, y
+// layernorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
+extern "C" __global__ void layernorm_k0_cached(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = (x_row[col] = x[i]);
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v2 = x_row[col];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v8 = x_row[col];
+        const float v9 = w[c1];
+        const float v10 = b[c1];
+        const float v11 = v8 - v1;
+        const float v12 = v11 * v7;
+        const float v13 = v12 * v9;
+        const float v14 = v13 + v10;
+        y[i] = v14;
+    }
+    if (threadIdx.x == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+}
 // layernorm_k0: one block per row; estimated 29 registers.
 extern "C" __global__ void layernorm_k0(
     const float* __restrict__ x,
@@ -135,6 +194,44 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_bf16_k0: row_mean -> row_var over [rows, cols]
 // reads x; writes mean, row_var#0
+// layernorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
+extern "C" __global__ void layernorm_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v3 = __bfloat162float(x_row[col]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = acc_ / length;
+    if (threadIdx.x == 0) {
+        mean[row] = v2;
+        row_var_0[row] = v7;
+    }
+}
 // layernorm_bf16_k0: one block per row; estimated 26 registers.
 extern "C" __global__ void layernorm_bf16_k0(
     const __nv_bfloat16* __restrict__ x,

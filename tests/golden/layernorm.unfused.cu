@@ -63,6 +63,40 @@ extern "C" __global__ void layernorm_k0_row_mean(
 
 // layernorm_k1_row_var: row_var over [rows, cols]
 // reads x; writes row_var#0
+// layernorm_k1_row_var_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void layernorm_k1_row_var_cached(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = (x_row[col] = x[i]);
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v2 = x_row[col];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v5 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v5;
+    }
+}
 // layernorm_k1_row_var: one block per row; estimated 25 registers.
 extern "C" __global__ void layernorm_k1_row_var(
     const float* __restrict__ x,
@@ -282,6 +316,42 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
 
 // layernorm_bf16_k1_row_var: row_var over [rows, cols]
 // reads x; writes row_var#0
+// layernorm_bf16_k1_row_var_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_cached(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v3 = __bfloat162float(x_row[col]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v7;
+    }
+}
 // layernorm_bf16_k1_row_var: one block per row; estimated 25 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var(
     const __nv_bfloat16* __restrict__ x,

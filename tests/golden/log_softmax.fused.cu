@@ -25,6 +25,46 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
+// log_softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
+extern "C" __global__ void log_softmax_k0_cached(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = (x_row[col] = x[i]);
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v4 = x_row[col];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v10 = x_row[col];
+        const float v11 = v10 - v9;
+        y[i] = v11;
+    }
+}
 // log_softmax_k0: one block per row; estimated 22 registers.
 extern "C" __global__ void log_softmax_k0(
     const float* __restrict__ x,
@@ -93,6 +133,50 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_bf16_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
+// log_softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
+extern "C" __global__ void log_softmax_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v5 = __bfloat162float(x_row[col]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v12 = __bfloat162float(x_row[col]);
+        const float v13 = (float)v12;
+        const float v14 = v13 - v11;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y[i] = __float2bfloat16_rn(v15);
+    }
+}
 // log_softmax_bf16_k0: one block per row; estimated 22 registers.
 extern "C" __global__ void log_softmax_bf16_k0(
     const __nv_bfloat16* __restrict__ x,

@@ -38,6 +38,43 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
+// log_softmax_k0_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_cached(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = (x_row[col] = x[i]);
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v4 = x_row[col];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
 // log_softmax_k0_row_logsumexp: one block per row; estimated 21 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp(
     const float* __restrict__ x,
@@ -163,6 +200,45 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_bf16_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
+// log_softmax_bf16_k0_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v5 = __bfloat162float(x_row[col]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
 // log_softmax_bf16_k0_row_logsumexp: one block per row; estimated 21 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
     const __nv_bfloat16* __restrict__ x,

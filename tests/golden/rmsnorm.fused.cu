@@ -35,6 +35,44 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // rmsnorm_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
+// rmsnorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void rmsnorm_k0_cached(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = (x_row[col] = x[i]);
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v5 = x_row[col];
+        const float v6 = w[c1];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y[i] = v8;
+    }
+}
 // rmsnorm_k0: one block per row; estimated 25 registers.
 extern "C" __global__ void rmsnorm_k0(
     const float* __restrict__ x,
@@ -111,6 +149,48 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // rmsnorm_bf16_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
+// rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v6 = __bfloat162float(x_row[col]);
+        const float v7 = __bfloat162float(w[c1]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y[i] = __float2bfloat16_rn(v12);
+    }
+}
 // rmsnorm_bf16_k0: one block per row; estimated 25 registers.
 extern "C" __global__ void rmsnorm_bf16_k0(
     const __nv_bfloat16* __restrict__ x,

@@ -25,6 +25,42 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // softmax_k0: row_max -> e -> row_sum -> y over [rows, cols]
 // reads x; writes y
+// softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 24 registers.
+extern "C" __global__ void softmax_k0_cached(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = (x_row[col] = x[i]);
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v1 = x_row[col];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        acc_ = fz_sum_op()(acc_, v3);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v4 = x_row[col];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        const float v7 = v6 / acc_;
+        y[i] = v7;
+    }
+}
 // softmax_k0: one block per row; estimated 24 registers.
 extern "C" __global__ void softmax_k0(
     const float* __restrict__ x,
@@ -89,6 +125,46 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // softmax_bf16_k0: row_max -> e -> row_sum -> y over [rows, cols]
 // reads x; writes y
+// softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_cached(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    float acc = -(float)INFINITY;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float((x_row[col] = x[i]));
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    float acc_ = (float)0;
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v2 = __bfloat162float(x_row[col]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - acc;
+        const float v5 = expf(v4);
+        acc_ = fz_sum_op()(acc_, v5);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
+        const long long i = row * e1 + col;
+        const float v6 = __bfloat162float(x_row[col]);
+        const float v7 = (float)v6;
+        const float v8 = v7 - acc;
+        const float v9 = expf(v8);
+        const float v10 = v9 / acc_;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y[i] = __float2bfloat16_rn(v11);
+    }
+}
 // softmax_bf16_k0: one block per row; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k0(
     const __nv_bfloat16* __restrict__ x,

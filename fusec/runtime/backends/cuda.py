@@ -161,8 +161,11 @@ class CudaBackend:
         # CuPy packs a NumPy scalar by its dtype and a CuPy array as its address.
         return None if param.pack is None else param.pack.numpy_dtype.type
 
-    def launcher(self, variant: str, grid: int, block: int):
-        return functools.partial(self.functions[variant][0], (grid,), (block,))
+    def launcher(self, variant: str, grid: int, block: int, shared_bytes: int = 0):
+        function = self.functions[variant][0]
+        if shared_bytes:  # dynamic shared memory (within the 48 KiB a block gets without opting in)
+            return functools.partial(function, (grid,), (block,), shared_mem=shared_bytes)
+        return functools.partial(function, (grid,), (block,))
 
     # ---- arrays
     def empty(self, shape, dtype):

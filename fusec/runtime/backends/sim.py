@@ -75,7 +75,8 @@ class SimBackend:
     def packer(self, param: KernelParam):
         return None  # ctypes converts scalars by the argtypes; fire() takes arrays' addresses
 
-    def launcher(self, variant: str, grid: int, block: int):
+    def launcher(self, variant: str, grid: int, block: int, shared_bytes: int = 0):
+        """`shared_bytes` is the launcher's to compute (sim_launcher: from the row's length)."""
         function, launched = self.functions[variant], self.launched
 
         def fire(args, stream=None):
