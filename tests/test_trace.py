@@ -111,7 +111,8 @@ def test_nan_in_maximum_minimum_and_clip_propagates_as_in_numpy():
 def test_unsupported_numpy_functions_name_themselves_and_list_what_is():
     x = np.ones(3, np.float32)
     cases = [
-        (lambda x: np.sum(x), "np.sum is not supported"),
+        (lambda x: np.sum(x), "np.sum inside @fusec.jit reduces each row .*np.sum\\(x, axis=-1, keepdims=True\\)"),
+        (lambda x: np.prod(x), "np.prod is not supported"),
         (lambda x: np.hypot(x, x), "np.hypot is not supported"),
         (lambda x: np.add.reduce(x), "np.add.reduce is not supported.*reductions"),
         (lambda x: np.exp(x, out=x), "keyword arguments of NumPy functions"),
@@ -124,7 +125,33 @@ def test_unsupported_numpy_functions_name_themselves_and_list_what_is():
         with pytest.raises(fusec.TraceError, match=message):
             fusec.jit(fn, backend="numpy")(x)
     with pytest.raises(fusec.TraceError, match="supported: np.absolute, np.add, .*np.where"):
-        fusec.jit(lambda x: np.sum(x), backend="numpy")(x)
+        fusec.jit(lambda x: np.prod(x), backend="numpy")(x)
+
+
+def test_reductions_over_the_last_axis_are_row_reductions():
+    def softmax(x):
+        e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    x = np.random.default_rng(1).standard_normal((3, 7)).astype(np.float32)
+    f = fusec.jit(softmax, backend="numpy")
+    text = f.source(x)
+    assert "row_max(x)" in text and "row_sum(" in text
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(f(x), e / e.sum(-1, keepdims=True), rtol=1e-6)
+    stats = fusec.jit(lambda x: (x.mean(-1, keepdims=True), np.var(x, axis=-1, keepdims=True),
+                                 fusec.row_logsumexp(x), x.min(axis=-1, keepdims=True)), backend="numpy")
+    mean, var, lse, low = stats(x)
+    np.testing.assert_allclose(mean, x.mean(-1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(var, x.var(-1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(lse, np.log(np.exp(x).sum(-1, keepdims=True)), rtol=1e-6)
+    np.testing.assert_array_equal(low, x.min(-1, keepdims=True))
+    for fn, message in [(lambda x: x.max(axis=0, keepdims=True), "reduces each row"),
+                        (lambda x: x.sum(-1), "keepdims=True"),
+                        (lambda x: fusec.row_max(x > 0), "a float array")]:
+        with pytest.raises(fusec.TraceError, match=message):
+            fusec.jit(fn, backend="numpy")(x)
+    half = fusec.jit(lambda h: h.max(-1, keepdims=True), backend="numpy")(x.astype(np.float16))
+    assert half.dtype == np.float16  # NumPy's type
 
 
 # ---- calling: out=, stream=, signatures

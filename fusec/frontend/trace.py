@@ -14,9 +14,12 @@ cast of a storage type is widened to f32 where an operation reads it
 maths written as one .fz statement.
 
 Python's operators and NumPy's functions mean what they mean in NumPy (`%`
-takes the divisor's sign, `np.maximum` propagates NaN). What has no .fz
-equivalent (control flow on array values, `//`, integer `/`, indexing,
-reductions) raises `TraceError` saying what to write instead.
+takes the divisor's sign, `np.maximum` propagates NaN). Reductions over the
+last axis with keepdims (`np.max(x, axis=-1, keepdims=True)`, `x.sum(-1,
+keepdims=True)`, `np.mean`, `np.var`, `fusec.row_logsumexp`) are .fz's row
+reductions. What has no .fz equivalent (control flow on array values, `//`,
+integer `/`, indexing, other reductions) raises `TraceError` saying what to
+write instead.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import numpy as np
 
 from fusec.errors import Source
 from fusec.frontend import check_source
-from fusec.frontend.builtins import BOOL_CONSTANTS, BUILTINS, FLOAT_CONSTANTS
+from fusec.frontend.builtins import BOOL_CONSTANTS, BUILTINS, FLOAT_CONSTANTS, ROW_REDUCTIONS
 from fusec.types import BOOL, BY_NAME, F32, I32, ScalarType, from_dtype, promote
 
 KEYWORDS = {"stage", "pipeline", "let", "return", "repeat", "inout"}
@@ -141,6 +144,13 @@ class Traced:
 
     def astype(self, dtype) -> "Traced":
         return cast(self, dtype)
+
+    # reductions over the last axis, as NumPy's methods (x.max(axis=-1, keepdims=True))
+    def sum(self, *args, **kwargs): return ROW_METHODS["sum"](self, *args, **kwargs)
+    def mean(self, *args, **kwargs): return ROW_METHODS["mean"](self, *args, **kwargs)
+    def max(self, *args, **kwargs): return ROW_METHODS["max"](self, *args, **kwargs)
+    def min(self, *args, **kwargs): return ROW_METHODS["min"](self, *args, **kwargs)
+    def var(self, *args, **kwargs): return ROW_METHODS["var"](self, *args, **kwargs)
 
     # arithmetic, as NumPy's operators
     def __add__(self, o): return self.tracer.binary("+", self, o)
@@ -510,9 +520,32 @@ def _np_round(a, decimals=0, out=None):
     return _round(a, decimals)
 
 
+def _row_reduction(np_name: str, fz: str):
+    """np.<np_name>(x, axis=-1, keepdims=True): .fz's `fz` (a row reduction), in
+    NumPy's type (an f16 row's max is f16; computed in f32 and rounded where returned)."""
+    def fn(a, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+        if axis not in (-1,) or keepdims is not True or dtype is not None or out is not None or kwargs:
+            raise TraceError(f"np.{np_name} inside @fusec.jit reduces each row (the last axis): write "
+                             f"np.{np_name}(x, axis=-1, keepdims=True), .fz's {fz}(x)")
+        return _row_call(fz, a)
+    fn.__name__ = np_name
+    return fn
+
+
+def _row_call(fz: str, *args) -> Traced:
+    tracer = _tracer_of(f"fusec.{fz}", args)
+    ops = [tracer.operand(a) for a in args]
+    if not ops[0].is_array or not _is_float(ops[0].type):
+        raise TraceError(f"{fz}() reduces each row of a float array; got {ops[0]!r} (convert with x.astype(np.float32))")
+    return tracer.emit(f"{fz}({', '.join(o.read for o in ops)})", ops[0].type, True)
+
+
+ROW_METHODS = {name: _row_reduction(name, f"row_{name}") for name in ("sum", "mean", "max", "min", "var")}
+
 # np.<function> (not a ufunc) -> what it does on traced values.
 NUMPY_FUNCTIONS = {"where": _np_where, "clip": _np_clip, "round": _np_round, "around": _np_round,
-                   "astype": lambda x, dtype, **_: cast(x, dtype)}
+                   "astype": lambda x, dtype, **_: cast(x, dtype), **ROW_METHODS,
+                   "amax": ROW_METHODS["max"], "amin": ROW_METHODS["min"]}
 
 
 def _numpy_function(shown: str, table: dict, name: str):
@@ -529,6 +562,7 @@ def _numpy_function(shown: str, table: dict, name: str):
 FUNCTIONS = {name: _fz(name, b.arity) for name, b in BUILTINS.items() if name not in ("min", "max", "pow")}
 FUNCTIONS.update({"arctan2": _fz("atan2", 2), "fmax": _fz("max", 2), "fmin": _fz("min", 2),
                   "maximum": maximum, "minimum": minimum, "where": where, "clip": clip, "power": power})
+FUNCTIONS.update({name: functools.partial(_row_call, name) for name in ROW_REDUCTIONS})
 
 
 # ---- the traced program
