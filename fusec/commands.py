@@ -111,8 +111,12 @@ def add_compile_arguments(p: argparse.ArgumentParser) -> None:
                    help="f32 functions as their hardware approximations (__expf, __sinf, ...), denormals flushed")
     p.add_argument("--persistent", action="store_true",
                    help="every kernel in grid-stride form over a grid that just fills the device")
-    p.add_argument("--emit", choices=("cuda", "ir", "report"), default="cuda",
-                   help="CUDA C (default), the stage graph and partition, or the JSON report")
+    p.add_argument("--emit", choices=("cuda", "ir", "report", "fz"), default="cuda",
+                   help="CUDA C (default), the stage graph and partition, the JSON report, or the .fz compiled "
+                        "(with --grad: the derived backward)")
+    p.add_argument("--grad", action="store_true",
+                   help="compile each pipeline's backward (PIPELINE_grad: the gradients of its float array "
+                        "parameters from those of its outputs), derived from the source")
     p.add_argument("--arch", type=_arch, default=DEFAULT_ARCH, help=f"target architecture (default {DEFAULT_ARCH})")
     p.add_argument("--max-regs", type=_regs, metavar="N",
                    help="register budget per thread for fused kernels (default: half occupancy on --arch)")
@@ -129,6 +133,18 @@ def run_compile(args) -> int:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
+    if args.grad:
+        from fusec.frontend.grad import backward_source
+        derived = "\n".join(backward_source(program, name) for name in selected)
+        program = check_source(Source(f"{program.source.name} (backward)", derived))
+        selected = [f"{name}_grad" for name in selected]
+    if args.emit == "fz":
+        text = program.source.text
+        if args.output:
+            _write("-o", args.output, lambda path: path.write_text(text))
+        else:
+            sys.stdout.write(text)
+        return 0
     options = CompileOptions(fuse=args.fuse, max_regs=args.max_regs, arch=args.arch, persistent=args.persistent,
                              fast_math=args.fast_math)
     compiled = [compile_pipeline(program, name, options) for name in selected]

@@ -76,19 +76,39 @@ class TorchOp:
     `op` is the torch.library CustomOpDef (`op.register_autograd`, ...), and
     `schema` its schema."""
 
-    def __init__(self, torch, name: str, definition: "_Definition"):
+    def __init__(self, torch, name: str, definition: "_Definition", differentiable: bool = True):
         self.name, self.definition, self.torch = name, definition, torch
         self.schema = definition.schema()
         mutated = [p.name for p in definition.params if p.mutated]
         self.op = torch.library.custom_op(name, self._run, mutates_args=mutated, schema=self.schema)
         self.op.register_fake(self._fake)
         self._runners: dict[tuple, object] = {}
+        self.backward = definition.backward(torch, name) if differentiable else None  # no double backward yet
+        if self.backward is not None:
+            self.op.register_autograd(self._backward, setup_context=self._setup_context)
 
     def __call__(self, *args, **kwargs):
         return self.op(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<fusec torch op {self.name}{self.schema}>"
+
+    # ---- autograd: the backward pipeline derived from the source (fusec.frontend.grad), itself an op
+    def _setup_context(self, ctx, inputs, output):
+        ctx.inputs = inputs
+        ctx.outputs = output if isinstance(output, tuple) else (output,)
+        ctx.save_for_backward(*[a for a in inputs if isinstance(a, self.torch.Tensor)])
+
+    def _backward(self, ctx, *grads):
+        torch = self.torch
+        saved = iter(ctx.saved_tensors)
+        inputs = [next(saved) if isinstance(a, torch.Tensor) else a for a in ctx.inputs]
+        float_outputs = self.definition.float_outputs
+        seeds = [g if g is not None else torch.zeros_like(out)
+                 for g, out, wanted in zip(grads, ctx.outputs, float_outputs) if wanted]
+        result = self.backward(*inputs, *seeds)
+        found = iter(result if isinstance(result, tuple) else (result,))
+        return tuple(next(found) if differentiable else None for differentiable in self.definition.float_inputs)
 
     # ---- the fake (meta) implementation: shapes and dtypes only
     def _fake(self, *args):
@@ -193,6 +213,10 @@ class _Definition:
     n_outputs: int
     options: JitOptions
 
+    def backward(self, torch, name: str) -> "TorchOp | None":
+        """The op computing the gradients (None: not derived for this kind of definition)."""
+        return None
+
     def schema(self) -> str:
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
         params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else f"{p.type} {p.name}" for p in self.params]
@@ -230,6 +254,29 @@ class _FzDefinition(_Definition):
 
     def runner(self, backend: str):
         return JitPipeline(self.program, self.name, replace(self.options, backend=backend))
+
+    @property
+    def float_inputs(self) -> list[bool]:
+        """Per parameter: whether it gets a gradient (a float array)."""
+        return [p.is_array and p.type.is_float for p in self._signature.params]
+
+    @property
+    def float_outputs(self) -> list[bool]:
+        return [o.type.is_float for o in self._signature.outputs]
+
+    def backward(self, torch, name: str) -> "TorchOp | None":
+        """The backward pipeline as the op `name`_backward; None where it cannot be
+        derived (loops, inout, ...: calling backward then fails in torch)."""
+        from fusec.errors import FzError, Source
+        from fusec.frontend import check_source
+        from fusec.frontend.grad import backward_source
+        try:
+            text = backward_source(self.program, self.name)
+        except FzError:
+            return None
+        program = check_source(Source(f"{self.program.source.name} (backward)", text))
+        return TorchOp(torch, f"{name}_backward", _FzDefinition(program, f"{self.name}_grad", self.options),
+                       differentiable=False)
 
 
 class _TracedDefinition(_Definition):

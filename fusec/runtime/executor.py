@@ -225,13 +225,14 @@ class Executor:
             return
         args = [get(values, n, extents) for get in kernel.getters]
         packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
-        fire = self.backend.launcher(variant.name, grid, block, extents[-1] * variant.row_cache)
+        shared = extents[-1] * variant.row_cache if variant.row_cache else 0  # bytes of dynamic shared memory
+        fire = self.backend.launcher(variant.name, grid, block, shared)
         if stream is None:
             fire(packed)
         else:
             fire(packed, stream=stream)
         if launched is not None:
-            launched.append((index, variant, grid, block, extents[-1] * variant.row_cache, args))
+            launched.append((index, variant, grid, block, shared, args))
 
     def _variant(self, kernel: _Kernel, values: list, extents: list[int]) -> tuple[Variant, int]:
         """The first variant whose arrays are aligned as it needs (and, with

@@ -1,0 +1,132 @@
+"""Backward pipelines derived from the source (unit tier): torch.autograd.gradcheck
+in f64 of fusec.torch_op, whose backward is the derived pipeline, for the
+differentiable examples and for a statement of every differentiable builtin;
+the derived .fz itself; located errors for what cannot be differentiated yet."""
+import itertools
+import re
+
+import numpy as np
+import pytest
+from helpers import EXAMPLES, ROOT
+
+import fusec
+from fusec.errors import FzError, Source
+from fusec.frontend import check_source
+from fusec.frontend.grad import backward_source
+
+torch = pytest.importorskip("torch")
+_names = itertools.count()
+
+
+def f64(text: str) -> str:
+    """The program in f64 (gradcheck's finite differences need it)."""
+    return re.sub(r"\b(f16|bf16|f32)\b", "f64", text)
+
+
+def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positive):
+    """gradcheck of the op over random f64 inputs (`positive`: parameters kept away from 0)."""
+    op = fusec.torch_op(text, name=f"grad_test::op{next(_names)}", pipeline=pipeline, backend=backend)
+    program = check_source(Source("t.fz", text))
+    rng = np.random.default_rng(0)
+    args = []
+    for p in program.pipeline(pipeline).params:
+        if p.shape is None:
+            args.append(0.7)
+            continue
+        shape = tuple(shapes.get(d, d) for d in p.shape)
+        value = rng.standard_normal(shape)
+        if p.name in positive:
+            value = np.abs(value) + 0.5
+        args.append(torch.tensor(value, dtype=torch.float64, requires_grad=p.type.is_float))
+    assert torch.autograd.gradcheck(op, tuple(args), atol=1e-6, rtol=1e-5)
+    return op
+
+
+DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "softmax", "log_softmax", "bf16_swiglu"]
+
+
+@pytest.mark.parametrize("example", DIFFERENTIABLE)
+def test_every_differentiable_example_passes_gradcheck(example):
+    text = f64((ROOT / "examples" / f"{example}.fz").read_text())
+    program = check_source(Source(f"{example}.fz", text))
+    for pipeline in program.pipelines:
+        gradcheck(text, pipeline.name, {"n": 7, "rows": 3, "cols": 5, "tokens": 3, "hidden": 5}, x=True)
+
+
+BUILTIN_CASES = [
+    "sqrt(x) + rsqrt(x) + cbrt(x) + log(x) + log2(x) + log10(x) + log1p(x)",
+    "exp(y) + exp2(y) + expm1(y) + sin(y) + cos(y) + tan(y * 0.3) + sinh(y) + cosh(y) + tanh(y)",
+    "asin(y * 0.3) + acos(y * 0.3) + atan(y) + atan2(y, x) + sigmoid(y) + erf(y) + abs(y)",
+    "x * y / (x + 2.0) - y % x + pow(x, y) + x ** 2.0 + fma(x, y, y)",
+    "min(x, y) + max(x, 2.0 * y) + clamp(y, -0.5, x) + where(y > 0.0, x * y, y) + floor(y) * x + round(x) + f32(y)",
+]
+
+
+@pytest.mark.parametrize("expression", BUILTIN_CASES)
+def test_the_derivative_of_every_builtin(expression):
+    text = f64(f"pipeline p(x: f32[n], y: f32[n]) -> (z: f32[n]) {{ z = {expression}; }}")
+    gradcheck(text, "p", {"n": 9}, x=True)
+
+
+def test_reductions_and_a_per_row_input():
+    text = ("pipeline p(x: f64[r, c], g: f64[r, 1]) -> (y: f64[r, c], s: f64[r, 1]) {\n"
+            "    s = row_logsumexp(x * g) + row_var(x) + row_max(x) - row_min(x * 2.0);\n"
+            "    y = (x - row_mean(x)) * g + s;\n}")
+    gradcheck(text, "p", {"r": 3, "c": 6})
+
+
+def test_the_backward_runs_on_the_sim_and_trains_like_torch():
+    op = fusec.torch_op(str(ROOT / "examples/softmax.fz"), name=f"grad_test::softmax{next(_names)}",
+                        pipeline="softmax")
+    x = torch.randn(4, 33, requires_grad=True)
+    weights = torch.randn(4, 33)
+    (op(x) * weights).sum().backward()
+    twin = x.detach().clone().requires_grad_()
+    (torch.softmax(twin, -1) * weights).sum().backward()
+    torch.testing.assert_close(x.grad, twin.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_the_derived_pipeline_reads_as_fz():
+    text = backward_source(check_source(Source("t.fz", "pipeline p(x: f32[n], s: f32) -> (y: f32[n]) "
+                                                      "{ t = exp(x) * s; y = t * t; }")), "p")
+    assert "pipeline p_grad(x: f32[n], s: f32, grad_y: f32[n])\n    -> (grad_x: f32[n])" in text
+    assert "d_y = grad_y;" in text and "grad_x = " in text
+    check_source(Source("grad.fz", text))  # valid .fz
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("pipeline p(inout x: f32[n]) { x = x * 2.0; }", "'x' is updated in place (inout)"),
+    ("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; repeat 2 { y = y * x; } }", "differentiating a 'repeat'"),
+    ("pipeline p(x: f32[r, c], b: f32[c]) -> (y: f32[r, c]) { y = x + b; }", "the gradient of 'b' ([c], read over"),
+    ("pipeline p(x: f32[r, c], j: i64[r, 1]) -> (y: f32[r, 1]) { y = row_pick(x, j); }", "row_pick() is not "
+                                                                                          "differentiable yet"),
+    ("pipeline p(x: i32[n]) -> (y: i32[n]) { y = x * 2; }", "no float array parameter"),
+])
+def test_what_cannot_be_differentiated_is_a_located_error(text, fragment):
+    with pytest.raises(FzError, match=re.escape(fragment)) as caught:
+        backward_source(check_source(Source("t.fz", text)), "p")
+    assert caught.value.diagnostics[0].loc.line >= 1
+
+
+def test_the_cli_prints_and_compiles_the_backward(tmp_path):
+    from fusec.cli import main
+    out = tmp_path / "grad.fz"
+    assert main(["compile", "--grad", "--emit", "fz", str(ROOT / "examples/softmax.fz"), "-o", str(out)]) == 0
+    assert "pipeline softmax_grad(" in out.read_text() and "pipeline softmax_bf16_grad(" in out.read_text()
+    cu = tmp_path / "grad.cu"
+    assert main(["compile", "--grad", str(ROOT / "examples/softmax.fz"), "-o", str(cu)]) == 0
+    assert "__global__ void softmax_grad_k0" in cu.read_text()
+
+
+def test_examples_listed_here_are_all_the_differentiable_ones():
+    derivable = []
+    for path in EXAMPLES:
+        program = check_source(Source(path.name, path.read_text()))
+        try:
+            for p in program.pipelines:
+                backward_source(program, p.name)
+            derivable.append(path.stem)
+        except FzError:
+            pass
+    # fusion_hurts derives too (its 24 inputs make gradcheck slow); quantize's outputs are integers (zero gradients).
+    assert sorted(derivable) == sorted(DIFFERENTIABLE + ["fusion_hurts", "quantize"])
