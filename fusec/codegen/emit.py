@@ -382,6 +382,8 @@ class _KernelEmitter:
             expr = cast_expr(src, ins.type, refs[ins.args[0]])
             if ins.type.is_int and src.is_float:
                 self.helpers.add("f2i")
+        elif ins.op == "pow" and ins.type.is_float and body[ins.args[1]].op == "const" and body[ins.args[1]].attr == 2:
+            expr = f"{refs[ins.args[0]]} * {refs[ins.args[0]]}"  # x ** 2: exact (as NumPy's), where pow is not always
         else:
             operand_type = body[ins.args[0]].type if ins.args else ins.type
             if ins.op == "select":
