@@ -154,3 +154,23 @@ def test_a_failed_statement_does_not_cascade():
 def test_a_dim_literal_with_a_leading_zero_is_decimal():
     program = check_source(Source("<test>", "pipeline p(x: f32[010]) -> (y: f32[010]) { y = x + 1.0; }"))
     assert program.pipelines[0].params[0].shape == (10,)
+
+
+def test_a_failed_operand_of_where_or_a_stage_call_with_the_wrong_arity_is_one_error():
+    stage = "stage g(a: f32, b: f32) -> f32 { return a * b; }\n"
+    for source in [P + "    y = where(x > 0.0, nosuch, x);\n}", stage + P + "    y = g(x) + where(x > 0.0, x, x);\n}"]:
+        err = diagnostics(source)
+        assert len(err.diagnostics) == 1, [d.message for d in err.diagnostics]
+
+
+def test_errors_at_the_start_of_a_line_after_a_leading_newline_are_located_there():
+    err = diagnostics("\nif (x) { }")  # a syntax hint's own location
+    assert (err.diagnostics[0].loc.line, err.diagnostics[0].loc.col) == (2, 1), err.diagnostics
+
+
+def test_a_byte_that_is_not_utf8_is_located_by_line_and_column():
+    from fusec.frontend.parser import decode_source
+    with pytest.raises(FzError) as info:
+        decode_source(b"pipeline p() {}\n  \xff x", "t.fz")
+    (d,) = info.value.diagnostics
+    assert (d.loc.line, d.loc.col) == (2, 3) and "0xff" in d.message

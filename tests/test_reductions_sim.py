@@ -141,3 +141,18 @@ def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeyp
         assert g._runner.backend.launched[-1] == "p_k0"
         np.testing.assert_array_equal(again[0], y)
         np.testing.assert_array_equal(again[1], s)
+
+
+def test_statements_in_a_repeat_over_a_reductions_rows_stay_out_of_its_row_kernel():
+    """A loop body's kernel iterates in registers; its [r, c] and [r, 1] statements
+    are not made a row kernel (reductions are not allowed in a loop)."""
+    source = ("pipeline p(x: f32[r, c], g: f32[r, 1]) -> (y: f32[r, c], h: f32[r, 1]) {\n"
+              "    y = x / row_sum(x * x);\n    h = g;\n"
+              "    repeat 3 { y = y * 2.0 + 1.0; h = h * 0.5; }\n}")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    g = np.array([[1.0], [2.0], [4.0]], np.float32)
+    want = fusec.jit(source, backend="numpy")(x, g)
+    for fuse in ("auto", "all"):
+        got = run(source, x, g, fuse=fuse)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_array_equal(got[1], want[1])
