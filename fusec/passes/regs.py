@@ -177,8 +177,7 @@ FURTHER_LANE_SCRATCH = 0.5
 
 
 def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[int], array_loads: int,
-                       broadcast_loads: int = 0, coordinates: int = 0, loop: bool = False,
-                       persistent: bool = False, *, variant: VariantShape | None = None,
+                       broadcast_loads: int = 0, coordinates: int = 0, *, variant: VariantShape,
                        lane_uniform: Collection[int] = (), carried: Collection[int] = ()) -> int:
     """Registers per thread of `variant` of the kernel whose body is `body`.
 
@@ -192,14 +191,9 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[i
         vector (a broadcast operand constant along the innermost dim).
     carried: a loop kernel's loop-value loads (each iteration replaces them);
         its other loads are read by every iteration.
-    Without `variant`: the one-element estimate the fusion pass used before
-    variants were estimated (`loop` and `persistent` pick its form).
     """
-    if variant is not None and not isinstance(variant, VariantShape):
+    if not isinstance(variant, VariantShape):
         raise TypeError(f"estimate_registers: variant must be a VariantShape, not {type(variant).__name__}")
-    if variant is None:
-        return _one_element_estimate(body, stored, set(scalar_loads), array_loads, broadcast_loads, coordinates,
-                                     loop, persistent)
     plan = _BodyPlan(body, stored, scalar_loads, lane_uniform, carried if variant.loop else None)
     return _estimate(plan, array_loads, broadcast_loads, coordinates, variant)
 
@@ -458,51 +452,4 @@ def _release_points(plan: _BodyPlan, groups: int) -> dict[int, tuple[int | None,
         else:
             out[n] = (0, p)
     return out
-
-
-# ---------------------------------------------------------------------------
-# The one-element estimate of before, kept for the callers that pass no variant
-# (build_kernel, until each variant carries its own estimate: the fusion
-# decisions and the golden files hold its numbers). Remove it then.
-
-_V0_BASE, _V0_STORE_ADDRESS, _V0_EXTRA_LOAD = 6, 2, 1
-_V0_INDEX_SETUP, _V0_COORDINATE, _V0_OFFSET, _V0_STRIDE, _V0_LOOP = 2, 2, 2, 8, 8
-_V0_SCRATCH = {
-    "exp": 2, "exp2": 1, "expm1": 4, "log": 3, "log2": 2, "log10": 3, "log1p": 4, "sqrt": 2, "rsqrt": 1,
-    "cbrt": 4, "sin": 8, "cos": 8, "tan": 8, "asin": 4, "acos": 4, "atan": 4, "atan2": 5,
-    "sinh": 4, "cosh": 3, "tanh": 3, "sigmoid": 3, "erf": 4, "pow": 10, "div": 3, "mod": 1, "fma": 0,
-}
-
-
-def _one_element_estimate(body: Body, stored: list[int], scalar_loads: set[int], array_loads: int,
-                          broadcast_loads: int, coordinates: int, loop: bool, persistent: bool) -> int:
-    """Peak live registers of `body` in emission order; `stored` instructions stay live to the end."""
-    def width(ins: Instr) -> int:
-        return 0 if ins.op == "const" else ins.type.regs
-
-    end = len(body.instrs)
-    last_use = {i: -1 for i in range(end)}
-    for idx, ins in enumerate(body.instrs):
-        for a in ins.args:
-            last_use[a] = idx
-    for s in stored:
-        last_use[s] = end
-    live = peak = 0
-    for idx, ins in enumerate(body.instrs):
-        w = 0 if idx in scalar_loads else width(ins)
-        scratch = _V0_SCRATCH.get(ins.op, 0) if ins.type.is_float or ins.op in ("div", "mod") else 0
-        if ins.type.compute.bits == 64:
-            scratch *= 2
-        peak = max(peak, live + w + scratch)
-        live += w
-        for a in set(ins.args):
-            if last_use[a] == idx:
-                live -= 0 if a in scalar_loads else width(body.instrs[a])
-        if last_use[idx] == -1:
-            live -= w
-    extra = 0
-    if broadcast_loads:
-        extra = _V0_INDEX_SETUP + _V0_COORDINATE * coordinates + _V0_OFFSET * (broadcast_loads - 1)
-    addresses = _V0_STORE_ADDRESS * len(stored) + _V0_EXTRA_LOAD * max(0, array_loads - 2)
-    return _V0_BASE + addresses + extra + peak + (_V0_LOOP if loop else _V0_STRIDE if persistent else 0)
 
