@@ -61,9 +61,8 @@ def _float_const(v: float, double: bool) -> str:
         if double:
             return f"__longlong_as_double({'0xfff0000000000000LL' if v < 0 else '0x7ff0000000000000LL'})"
         return f"__int_as_float({'0xff800000' if v < 0 else '0x7f800000'})"
-    text = repr(v) if double else str(np.float32(v))  # shortest text that reads back exactly
-    if "." not in text and "e" not in text and "inf" not in text:
-        text += ".0"
+    # The shortest text that reads back exactly; Python and NumPy always write a '.' or an exponent.
+    text = repr(v) if double else str(np.float32(v))
     return text if double else text + "f"
 
 
