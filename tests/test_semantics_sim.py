@@ -221,3 +221,17 @@ def test_f16_and_bf16_values_are_rounded_where_a_stage_returns_takes_or_a_statem
                           (rb, BF16, 7), (ab, BF16, 7), (sb, BF16, 7)):
         quotients = [np.float32(v) / np.float32(3) for v in values[:n]]  # the f32 arithmetic
         assert got.tolist() == [nearest(Fraction(float(q)), dtype) for q in quotients]
+
+
+@pytest.mark.parametrize("form", FORMS, ids=FORM_IDS)
+def test_comparisons_at_equality_and_either_side(form):
+    """Each comparison on equal, smaller and larger operands (and NaN), exactly."""
+    f = fusec.jit("pipeline p(x: f32[n], y: f32[n]) -> (lt: bool[n], le: bool[n], gt: bool[n], ge: bool[n], "
+                  "eq: bool[n], ne: bool[n]) { lt = x < y; le = x <= y; gt = x > y; ge = x >= y; eq = x == y; "
+                  "ne = x != y; }", **form)
+    x = np.array([1.0, 1.0, 2.0, np.nan, -0.0], np.float32)
+    y = np.array([1.0, 2.0, 1.0, 1.0, 0.0], np.float32)
+    got = f(x, y)
+    want = (x < y, x <= y, x > y, x >= y, x == y, x != y)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
