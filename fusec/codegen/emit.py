@@ -136,10 +136,15 @@ class _KernelEmitter:
         """Offset of an access at element i: i itself, or from the coordinates of i."""
         if access.contiguous:
             return self.i
+        return self._offset(access.present, self.coord_names)
+
+    def _offset(self, present: tuple[bool, ...], coordinates: dict[int, str]) -> str:
+        """Row-major offset into an array that varies along the collapsed dims
+        `present` (strides: the extents of those after each), from their coordinates."""
         terms, stride = [], []
-        for j in range(len(access.present) - 1, -1, -1):
-            if access.present[j]:
-                terms.append(" * ".join([self.coord_names[j]] + stride))
+        for j in range(len(present) - 1, -1, -1):
+            if present[j]:
+                terms.append(" * ".join([coordinates[j]] + stride))
                 if j > 0:
                     stride = [self.extents[j]] + stride
         return " + ".join(reversed(terms)) or "0"
@@ -345,15 +350,7 @@ class _KernelEmitter:
         """Offset of a per-row access (one that does not vary along the row): the
         row itself where it varies along every other dim, else from the row's coordinates."""
         lead = access.present[:-1]
-        if all(lead):
-            return row
-        terms, stride = [], []
-        for j in range(len(lead) - 1, -1, -1):
-            if lead[j]:
-                terms.append(" * ".join([coordinates[j]] + stride))
-                if j > 0:
-                    stride = [self.extents[j]] + stride
-        return " + ".join(reversed(terms)) or "0"
+        return row if all(lead) else self._offset(lead, coordinates)
 
     def _computation(self, loads: dict[str, str], namer: Namer,
                      mutable: set[int] = frozenset()) -> tuple[list[str | None], list[str]]:
