@@ -8,7 +8,7 @@ figure's median over the rounds and new / old. Only fusec's public API is
 used, so any two versions compare. Every result is checked against the NumPy
 reference before anything is timed.
 
-Figures: every example fused, f32, µs per call at 2^26 elements (CUDA events);
+Figures: every example both trees have, fused (a file's first pipeline), f32, µs per call at 2^26 elements (CUDA events);
 host µs per call at 4096 elements for a checked call (`out=` given), a
 replayed call (the same arrays as the two calls before), a graph replay
 (`graph=True`, the seed's chain unfused: three kernels) and one foreach Adam
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 CHILD = r'''
-import glob, json, statistics, sys, time
+import json, os, statistics, sys, time
 from pathlib import Path
 import cupy as cp, numpy as np
 import fusec
@@ -83,8 +83,10 @@ def args_for(program, n, seed, xp):
     return out
 
 result = {}
-for path in sorted(glob.glob("examples/*.fz")):
+for path in os.environ["FUSEC_COMPARE_EXAMPLES"].split():
     f = fusec.jit(path, backend="cuda")
+    if not callable(f):  # a file of several pipelines: its first
+        f = getattr(f, f.program.pipelines[0].name)
     program = f.program
     host = args_for(program, 4096 + 3, 1, np)
     expected = reference(program, program.pipelines[0].name, *[a.copy() if isinstance(a, np.ndarray) else a for a in host])
@@ -130,8 +132,9 @@ print("RESULT " + json.dumps(result))
 '''
 
 
-def run_tree(tree: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=f"{tree}:{os.environ.get('PYTHONPATH', '')}")
+def run_tree(tree: Path, examples: list[str]) -> dict:
+    env = dict(os.environ, PYTHONPATH=f"{tree}:{os.environ.get('PYTHONPATH', '')}",
+               FUSEC_COMPARE_EXAMPLES=" ".join(examples))
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=tree, env=env, capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -142,10 +145,13 @@ def run_tree(tree: Path) -> dict:
 def main() -> None:
     old, new = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+    # The examples both trees have (a later tree adds some), each file's first pipeline.
+    examples = sorted({p.name for p in old.glob("examples/*.fz")} & {p.name for p in new.glob("examples/*.fz")})
+    examples = [f"examples/{name}" for name in examples]
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     for r in range(rounds):
         for label, tree in (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old)):
-            runs[label].append(run_tree(tree))
+            runs[label].append(run_tree(tree, examples))
             print(f"round {r + 1}: {label} done", flush=True)
     print(f"\n| figure | old ({old.name}) | new ({new.name}) | new / old |\n|---|---|---|---|")
     for key in runs["old"][0]:

@@ -162,23 +162,48 @@ class JitPipeline:
 
     def report(self) -> list[dict]:
         from fusec.report import report
-        backend = getattr(self.__dict__.get("_runner"), "backend", None)
+        runners = self.__dict__.get("_runners") or {}
+        backend = getattr(next(iter(runners.values()), None), "backend", None)
         return report(self.compiled.interface, backend)
 
-    @functools.cached_property
+    @property
     def _runner(self):
+        """The runner for the current device (cuda), else the backend's one runner."""
+        if self.backend != "cuda":
+            return self._host_runner
+        from fusec.runtime.backends.cuda import current_device
+        return self._runner_on(current_device())
+
+    @functools.cached_property
+    def _host_runner(self):
         if self.backend == "numpy":
             from fusec.reference import Interpreter
             return functools.partial(Interpreter(self.program).run, self.name)
-        interface = self.compiled.interface
+        from fusec.runtime.backends.sim import SimBackend
         from fusec.runtime.executor import Executor
-        if self.backend == "sim":
-            from fusec.runtime.backends.sim import SimBackend
-            return Executor(interface, SimBackend(self.compiled.cuda, interface))
+        interface = self.compiled.interface
+        return Executor(interface, SimBackend(self.compiled.cuda, interface))
+
+    @functools.cached_property
+    def _runners(self) -> dict:
+        """device -> its runner: the module loaded there, its calls recorded there (cuda)."""
+        return {}
+
+    def _runner_on(self, device: int):
+        runner = self._runners.get(device)
+        if runner is None:
+            from fusec.runtime.backends.cuda import on_device
+            with on_device(device):
+                runner = self._runners[device] = self._cuda_runner()
+        return runner
+
+    def _cuda_runner(self):
+        """An executor on the current device (its module loaded there)."""
         from fusec.runtime.backends.cuda import CudaBackend
         from fusec.runtime.cuda_graphs import GraphExecutor
+        from fusec.runtime.executor import Executor
         executor = GraphExecutor if self.options.graph else Executor
-        backend = CudaBackend(self.compiled.cuda, interface, arch=self.arch)
+        backend = CudaBackend(self.compiled.cuda, self.compiled.interface, arch=self.arch)
         # The guard: where ptxas's real registers break the plan, plan again with them.
         checked = guard.replan(self.compiled, guard.observe(self.compiled, backend.attributes),
                                lambda observed: compile_pipeline(self.program, self.name,
@@ -191,7 +216,22 @@ class JitPipeline:
     def __call__(self, *args, **kwargs):
         if self.options.tune and "_tuned" not in self.__dict__:
             self._tune_for(args, kwargs)
-        return self._runner(*args, **kwargs)
+        if self.backend != "cuda":
+            return self._host_runner(*args, **kwargs)
+        # Arrays on device k run on device k: the first array's device decides.
+        call_device, current_device, on_device = self._devices
+        device = call_device(args, kwargs)
+        runner = self._runners.get(device) or self._runner_on(device)
+        if device == current_device():
+            return runner(*args, **kwargs)
+        with on_device(device):
+            return runner(*args, **kwargs)
+
+    @functools.cached_property
+    def _devices(self):
+        """The cuda backend's device functions, imported once (not at every call)."""
+        from fusec.runtime.backends.cuda import call_device, current_device, on_device
+        return call_device, current_device, on_device
 
     def _tune_for(self, args: tuple, kwargs: dict) -> None:
         """Tuning at the first call (its arguments give the shape class): the
@@ -210,38 +250,69 @@ class JitPipeline:
         if winner is not None and winner != self.compiled.partition.groups:
             self.__dict__["compiled"] = compile_pipeline(self.program, self.name,
                                                          self.compile_options(partition=winner))
-            self.__dict__.pop("_runner", None)
+            self.__dict__.pop("_runners", None)
         self.__dict__["_tuned"] = True
 
     def foreach(self, sets, *scalars, **named_scalars) -> list:
         """The pipeline over many sets of arrays in one launch (multi-tensor apply):
         `sets` holds one tuple of array arguments per set, in declaration order;
         the scalars are given once. Returns each set's outputs."""
-        return self._foreach_runner.foreach(sets, *scalars, **named_scalars)
+        if self.backend != "cuda":
+            return self._foreach_runners[None].foreach(sets, *scalars, **named_scalars)
+        call_device, current_device, on_device = self._devices
+        first = next((s for s in sets if isinstance(s, (tuple, list)) and s), ())
+        device = call_device(tuple(first), {})
+        runner = self._foreach_runners.get(device) or self._foreach_runner_on(device)
+        if device == current_device():
+            return runner.foreach(sets, *scalars, **named_scalars)
+        with on_device(device):
+            return runner.foreach(sets, *scalars, **named_scalars)
 
     @functools.cached_property
-    def _foreach_runner(self):
+    def _foreach_compiled(self) -> Compiled:
         from fusec.passes.plan import PlanError
-        from fusec.runtime.foreach import MultiTensorExecutor
         try:
-            compiled = compile_pipeline(self.program, self.name, self.compile_options(multi_tensor=True))
+            return compile_pipeline(self.program, self.name, self.compile_options(multi_tensor=True))
         except PlanError as exc:
             raise ValueError(str(exc)) from None
+
+    @functools.cached_property
+    def _foreach_runners(self) -> dict:
+        """device -> its foreach runner (None: the host backends' one)."""
+        compiled = self._foreach_compiled
         if self.backend == "numpy":
             from fusec.reference import Interpreter
-            return SimpleNamespace(foreach=functools.partial(Interpreter(self.program).foreach, self.name))
-        interface = compiled.interface
+            return {None: SimpleNamespace(foreach=functools.partial(Interpreter(self.program).foreach, self.name))}
         if self.backend == "sim":
             from fusec.runtime.backends.sim import SimBackend
-            return MultiTensorExecutor(interface, SimBackend(compiled.cuda, interface))
-        from fusec.runtime.backends.cuda import CudaBackend
-        return MultiTensorExecutor(interface, CudaBackend(compiled.cuda, interface, arch=self.arch))
+            from fusec.runtime.foreach import MultiTensorExecutor
+            return {None: MultiTensorExecutor(compiled.interface, SimBackend(compiled.cuda, compiled.interface))}
+        return {}
+
+    @property
+    def _foreach_runner(self):
+        """The foreach runner for the current device (cuda), else the backend's one."""
+        if self.backend != "cuda":
+            return self._foreach_runners[None]
+        from fusec.runtime.backends.cuda import current_device
+        device = current_device()
+        return self._foreach_runners.get(device) or self._foreach_runner_on(device)
+
+    def _foreach_runner_on(self, device: int):
+        from fusec.runtime.backends.cuda import CudaBackend, on_device
+        from fusec.runtime.foreach import MultiTensorExecutor
+        compiled = self._foreach_compiled
+        with on_device(device):
+            runner = MultiTensorExecutor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface,
+                                                                         arch=self.arch))
+        self._foreach_runners[device] = runner
+        return runner
 
 
 def resolve_backend(backend: str) -> str:
     from fusec.runtime.backends.cuda import available
     if backend == "cuda" and not available():
-        raise RuntimeError("backend='cuda' needs CuPy and a CUDA device, and none was found "
+        raise RuntimeError("backend='cuda' needs CuPy, NVIDIA's cuda-bindings and a CUDA device, and one was not found "
                            "(pip install 'fusec[cuda12]' or '[cuda13]'; or use backend='sim' or 'numpy')")
     if backend != "auto":
         return backend

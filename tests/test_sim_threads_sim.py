@@ -31,9 +31,9 @@ class Module:
 
     def __init__(self, cuda: str, kernels: dict, defines=()):
         self.params = {name: types for name, (types, _) in kernels.items()}
-        launchers = [{"name": name, "params": [f"{'void*' if t.endswith('*') else t} a{j}"
-                                               for j, t in enumerate(types)],
-                      "args": [f"({t})a{j}" for j, t in enumerate(types)],
+        # The launchers read their arguments as the driver's kernelParams: one pointer per parameter.
+        launchers = [{"name": name, "params": [f"{t} a{j} = *({t}*)params[{j}];" for j, t in enumerate(types)],
+                      "args": [f"a{j}" for j in range(len(types))],
                       "cooperative": shared is not None, "shared_bytes": shared}
                      for name, (types, shared) in kernels.items()]
         launch = environment().get_template("sim_launcher.cpp.j2").render(module="module.cu", kernels=launchers)
@@ -46,9 +46,11 @@ class Module:
         """Launches `name`; a RuntimeError with the sim's message if it found a misuse."""
         fn = getattr(self.lib, f"fz_launch_{name}")
         fn.restype = ctypes.c_char_p
-        fn.argtypes = [ctypes.c_uint, ctypes.c_uint] + [ctypes.c_void_p if t.endswith("*") else CTYPES[t]
-                                                         for t in self.params[name]]
-        error = fn(grid, block, *[a.ctypes.data if isinstance(a, np.ndarray) else a for a in args])
+        fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+        values = [ctypes.c_void_p(a.ctypes.data) if isinstance(a, np.ndarray) else CTYPES[t](a)
+                  for t, a in zip(self.params[name], args)]
+        params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        error = fn(grid, block, params)
         if error is not None:
             raise RuntimeError(error.decode())
 

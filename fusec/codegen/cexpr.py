@@ -51,10 +51,10 @@ def _const(value, t: ScalarType) -> str:
                 return f"({value + 1}{_INT_SUFFIX[t.name]} - 1)"
             return f"{value}{_INT_SUFFIX[t.name]}"
         return f"({C_TYPES[t.name]}){value}"
-    return _float_const(float(value), t.compute.bits == 64)
+    return float_const(float(value), t.compute.bits == 64)
 
 
-def _float_const(v: float, double: bool) -> str:
+def float_const(v: float, double: bool) -> str:
     if math.isnan(v):
         return "__longlong_as_double(0x7ff8000000000000LL)" if double else "__int_as_float(0x7fffffff)"
     if math.isinf(v):

@@ -8,11 +8,12 @@ files can hold it.
 from __future__ import annotations
 
 import functools
+import math
 
 import jinja2
 
 from fusec.cache import TemplateBytecodeCache
-from fusec.codegen.cexpr import HELPERS, cast_expr, const, load_expr, op_expr, store_expr
+from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, row_schedule
 from fusec.ir.launch import (
@@ -311,7 +312,10 @@ class _KernelEmitter:
                     finish.append(f"const {t} {refs[idx]} = {hits} != ({t})0 ? {acc} : ({t})0;")
                     continue
                 op = {"row_sum": "fz_sum_op", "row_max": "fz_max_op", "row_min": "fz_min_op"}[ins.op]
-                start = {"row_sum": f"({t})0", "row_max": f"-({t})INFINITY", "row_min": f"({t})INFINITY"}[ins.op]
+                # infinity as cexpr spells it: NVRTC has no <math.h> and its INFINITY
+                double = ins.type.compute.bits == 64
+                start = {"row_sum": f"({t})0", "row_max": float_const(-math.inf, double),
+                         "row_min": float_const(math.inf, double)}[ins.op]
                 init.append(f"{t} {acc} = {start};")
                 steps.append(f"{acc} = {op}()({acc}, {value});")
                 combine.append((acc, op, partial))

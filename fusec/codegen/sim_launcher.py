@@ -12,14 +12,9 @@ from fusec.ir.launch import Extent, LaunchInterface, NumElements, RowGrid
 def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
     launchers = []
     for launch in interface.kernels:
-        params, args = [], []
-        for j, p in enumerate(launch.params):
-            if p.pack is None:  # an address, passed from Python as a void*
-                params.append(f"void* a{j}")
-                args.append(f"({p.c_type})a{j}")
-            else:
-                params.append(f"{p.pack.c} a{j}")
-                args.append(f"a{j}")
+        # Each parameter read back from the driver's layout as the kernel declares it.
+        params = [f"{p.c_type} a{j} = *({p.c_type}*)params[{j}];" for j, p in enumerate(launch.params)]
+        args = [f"a{j}" for j in range(len(launch.params))]
         # A row kernel's threads meet at barriers and shuffles: its blocks run as fibers,
         # with the row's cache in dynamic shared memory (bytes per element times the row's length).
         length = next((f"a{j}" for j, p in reversed(list(enumerate(launch.params)))

@@ -43,6 +43,7 @@ class Backend(Protocol):
     """What runs a module's kernels: its arrays, and launching one variant over a grid."""
 
     arrays: ArrayModel
+    by_address: bool  # array arguments are launched as addresses (else the arrays themselves)
 
     def block(self, variant: str) -> int:
         """Threads per block this function launches with (as many as its registers allow)."""
@@ -328,9 +329,9 @@ class _RecordedCall:
     def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind):
         backend, first = executor.backend, len(executor.params)
         self.empty, self.pointer, self.stream = kind.empty, kind.pointer, kind.stream
-        # The backend's own arrays are launch arguments as they are; another kind's
-        # (torch's) go by address, which costs less than a view of each.
-        self.address = None if kind.native else backend.address
+        # The backend's own arrays are launch arguments as they are, unless it launches
+        # by address; another kind's (torch's) go by address, which costs less than a view of each.
+        self.address = None if kind.native and not backend.by_address else backend.address
         self.allocations = list(sizes.outputs) + list(sizes.temps)
         self.n_outputs = len(sizes.outputs)
         checkers = executor.binder.checkers
@@ -361,7 +362,8 @@ class _RecordedCall:
         for k, size in self.alignment:
             if self.pointer(allocated[k]) % size:
                 return self.MISALIGNED
-        new = allocated if self.address is None else [self.address(self.pointer(a)) for a in allocated]
+        address, pointer = self.address, self.pointer
+        new = allocated if address is None else [address(pointer(a)) for a in allocated]
         scalars = [check(args[i]) for i, check in self.scalars]
         stream = self.stream()
         for template, outputs, scalar_args, fire in self.launches:

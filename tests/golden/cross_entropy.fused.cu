@@ -49,7 +49,7 @@ extern "C" __global__ void cross_entropy_k0_cached(
     float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -99,7 +99,7 @@ extern "C" __global__ void cross_entropy_k0(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -191,7 +191,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached(
     __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -243,7 +243,7 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {

@@ -49,7 +49,7 @@ extern "C" __global__ void cross_entropy_k0_row_logsumexp_cached(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = (logits_row[col] = logits[i]);
@@ -84,7 +84,7 @@ extern "C" __global__ void cross_entropy_k0_row_logsumexp(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = logits[i];
@@ -255,7 +255,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp_cached(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = __bfloat162float((logits_row[col] = logits[i]));
@@ -292,7 +292,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = __bfloat162float(logits[i]);

@@ -36,7 +36,7 @@ extern "C" __global__ void softmax_k0_cached(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = (x_row[col] = x[i]);
@@ -70,7 +70,7 @@ extern "C" __global__ void softmax_k0(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = x[i];
@@ -136,7 +136,7 @@ extern "C" __global__ void softmax_bf16_k0_cached(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = __bfloat162float((x_row[col] = x[i]));
@@ -174,7 +174,7 @@ extern "C" __global__ void softmax_bf16_k0(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = __bfloat162float(x[i]);

@@ -47,7 +47,7 @@ extern "C" __global__ void softmax_k0_row_max(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = x[i];
@@ -229,7 +229,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = -(float)INFINITY;
+    float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         const float v0 = __bfloat162float(x[i]);

@@ -1,13 +1,15 @@
-"""The cuda backend: NVRTC compiles the emitted module, CuPy launches it.
+"""The cuda backend: NVRTC compiles the emitted module and the driver launches
+it, both through NVIDIA's CUDA Python bindings (`cuda.bindings`); CuPy stays
+the array library (allocation, streams, graphs).
 
-fusec calls NVRTC itself (through CuPy's bindings) rather than CuPy's
-RawModule, because CuPy adds -ftz=true to every compile, flushing f32
-denormals to zero. fusec compiles with NVRTC's IEEE defaults: no fast math,
-denormals kept, IEEE-rounded division and sqrt (nvcc's default FMA
-contraction stays on). Caches: in memory, one loaded module per (source, arch,
-device) in this process; on disk, one cubin per key in fusec's cache
-(`fusec cache dir`), the key hashing the source, the options, the arch,
-fusec's version and NVRTC's version.
+fusec chooses NVRTC's options itself: IEEE defaults, no fast math, denormals
+kept, IEEE-rounded division and sqrt (nvcc's default FMA contraction stays
+on); CuPy's own compiles add -ftz=true. Launches are the driver's
+cuLaunchKernel with each variant's argument buffer packed in place
+(`fusec.runtime.packing`). Caches: in memory, one loaded module per (source,
+arch, device) in this process; on disk, one cubin per key in fusec's cache
+(`fusec cache dir`), shared by every device and process, the key hashing the
+source, the options, the arch, fusec's version and NVRTC's version.
 """
 from __future__ import annotations
 
@@ -24,15 +26,13 @@ from fusec.errors import ArgumentError
 from fusec.interop import torch_arrays
 from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam
 from fusec.runtime.binder import ArrayKind, OwnArrays
+from fusec.runtime.packing import ArgumentBuffer
 from fusec.target import BLOCK_SIZE
 
 OPTIONS = ("--std=c++17", "-ftz=false", "-prec-div=true", "-prec-sqrt=true", "-fmad=true")
 # Fast math (the module's own intrinsics do the functions): f32 denormals flushed
 # to zero, approximate division and square root, as nvcc's --use_fast_math.
 FAST_OPTIONS = ("--std=c++17", "-ftz=true", "-prec-div=false", "-prec-sqrt=false", "-fmad=true")
-
-# cuFuncGetAttribute's attribute numbers (CUfunction_attribute).
-_MAX_THREADS_PER_BLOCK, _LOCAL_SIZE_BYTES, _NUM_REGS = 0, 3, 4
 
 _modules: dict[tuple, object] = {}
 _lock = threading.Lock()
@@ -41,6 +41,52 @@ _lock = threading.Lock()
 def cupy():
     import cupy as cp  # imported here: fusec works without CuPy
     return cp
+
+
+def driver():
+    from cuda.bindings import driver as cuda_driver  # imported here: fusec works without the bindings
+    return cuda_driver
+
+
+def checked(result):
+    """A driver call's values, its CUresult checked (the bindings return (error, *values))."""
+    error, *values = result
+    if error:
+        name = driver().cuGetErrorName(error)[1]
+        raise RuntimeError(f"CUDA driver error {name.decode() if isinstance(name, bytes) else error}")
+    return values[0] if len(values) == 1 else values
+
+
+def current_device() -> int:
+    return _runtime().getDevice()
+
+
+@functools.cache
+def _runtime():
+    return cupy().cuda.runtime
+
+
+def on_device(device: int):
+    """A context in which `device` is current (CuPy's and the driver's launches go there)."""
+    return cupy().cuda.Device(device)
+
+
+def call_device(args: tuple, kwargs: dict) -> int:
+    """The device of a call's first GPU array (CuPy, torch, DLPack), else the current one.
+    Every other array of the call must be on it (DeviceArrays.adopt says so)."""
+    ndarray = cupy().ndarray
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        if type(value) is ndarray:
+            return value.data.device_id
+        if torch_arrays.is_tensor(value):
+            device = value.get_device()
+            if device >= 0:
+                return device
+        elif hasattr(value, "__dlpack_device__"):
+            kind, device = value.__dlpack_device__()
+            if kind in (2, 3):  # kDLCUDA, kDLCUDAHost
+                return device
+    return current_device()
 
 
 def device_name() -> str:
@@ -58,9 +104,13 @@ def device_arch() -> str:
 def include_dirs() -> tuple[str, ...]:
     """Where NVRTC finds cuda_fp16.h: the toolkit CuPy uses, or NVIDIA's pip wheels."""
     candidates = []
-    cuda_path = cupy().cuda.get_cuda_path()
-    if cuda_path:
-        candidates.append(os.path.join(cuda_path, "include"))
+    try:
+        cuda_path = cupy().cuda.get_cuda_path()
+    except ImportError:
+        cuda_path = None
+    for root in (cuda_path, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            candidates.append(os.path.join(root, "include"))
     try:
         import nvidia
         for root in getattr(nvidia, "__path__", []):
@@ -70,73 +120,94 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(d for d in candidates if os.path.exists(os.path.join(d, "cuda_fp16.h")))[:1]
 
 
+def nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+    return ".".join(map(str, checked(nvrtc.nvrtcVersion())))
+
+
+def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> bytes:
+    """NVRTC through NVIDIA's bindings: a cubin (native) or PTX, or a RuntimeError with NVRTC's log."""
+    from cuda.bindings import nvrtc
+    program = checked(nvrtc.nvrtcCreateProgram(source.encode(), b"fusec_module.cu", 0, [], []))
+    try:
+        flags = [o.encode() for o in options] + [f"-I{d}".encode() for d in include_dirs()]
+        error, = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
+        if error:
+            size = checked(nvrtc.nvrtcGetProgramLogSize(program))
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(program, log)
+            raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
+                               + log.decode(errors="replace").rstrip("\x00 "))
+        size_of, get = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if native else \
+            (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
+        code = b" " * checked(size_of(program))
+        checked(get(program, code))
+        return code
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
 def compile_module(source: str, arch: str, native: bool, fast_math: bool = False) -> bytes:
     """Machine code for `arch` (native: the device's own), else PTX for it that
     the driver compiles at load; from the disk cache, else from NVRTC."""
-    from cupy_backends.cuda.libs import nvrtc
     target = arch if native else "compute_" + arch.removeprefix("sm_")
     options = (FAST_OPTIONS if fast_math else OPTIONS) + (f"-arch={target}",
                                                           f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
-    version = ".".join(map(str, nvrtc.getVersion()))
-
-    def build() -> bytes:
-        program = nvrtc.createProgram(source, "fusec_module.cu", [], [])
-        try:
-            try:
-                nvrtc.compileProgram(program, list(options) + [f"-I{d}" for d in include_dirs()])
-            except nvrtc.NVRTCError:
-                raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
-                                   + nvrtc.getProgramLog(program)) from None
-            code = nvrtc.getCUBIN(program) if native else nvrtc.getPTX(program)
-        finally:
-            nvrtc.destroyProgram(program)
-        return code.encode() if isinstance(code, str) else code
     # Atomic, digest-checked and built once among concurrent processes (fusec.cache).
-    key = cache.key(source, *options, __version__, version)
-    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build)
+    key = cache.key(source, *options, __version__, nvrtc_version())
+    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx",
+                               lambda: nvrtc_compile(source, options, native))
 
 
 def load_module(source: str, arch: str, fast_math: bool = False):
-    """The loaded module for this source on the current device (memory, then disk, then NVRTC)."""
+    """The loaded module (a CUmodule) for this source on the current device
+    (memory, then disk, then NVRTC)."""
     cp = cupy()
-    key = (source, arch, cp.cuda.Device().id, fast_math)
+    device = cp.cuda.Device()
+    key = (source, arch, device.id, fast_math)
     with _lock:
         module = _modules.get(key)
         if module is None:
-            module = cp.cuda.function.Module()
-            module.load(compile_module(source, arch, native=arch == device_arch(), fast_math=fast_math))
-            _modules[key] = module
+            image = compile_module(source, arch, native=arch == device_arch(), fast_math=fast_math)
+            cp.cuda.runtime.free(0)  # the device's primary context made current, as CuPy's calls use it
+            module = _modules[key] = checked(driver().cuModuleLoadData(image))
     return module
 
 
-def function_attribute(function, attribute: int) -> int:
-    return cupy().cuda.driver.funcGetAttribute(attribute, function.ptr)
+def function_attribute(function, attribute: str) -> int:
+    d = driver()
+    return checked(d.cuFuncGetAttribute(getattr(d.CUfunction_attribute, attribute), function))
 
 
 class CudaBackend:
-    """Loads a module on the current device and launches its functions (CuPy)."""
+    """Loads a module on the current device and launches its functions (the driver, through cuda.bindings)."""
+
+    # Array arguments reach `launcher` as addresses (ints), never as arrays.
+    by_address = True
 
     def __init__(self, cuda_source: str, interface: LaunchInterface, arch: str | None = None):
         cp = self.cp = cupy()
+        self.driver = driver()
         self.device = cp.cuda.Device().id
         self.arch = arch or device_arch()
         self.arrays = DeviceArrays(cp, self.device)
         module = load_module(cuda_source, self.arch, interface.fast_math)
-        self.functions = {}  # variant -> (function, block)
+        self.functions = {}  # variant -> (function, block, argument buffer)
         for launch in interface.kernels:
             for variant in launch.variants:
-                function = module.get_function(variant.name)
+                function = checked(self.driver.cuModuleGetFunction(module, variant.name.encode()))
                 # The block is as large as the function's real register use allows.
-                block = min(BLOCK_SIZE, function_attribute(function, _MAX_THREADS_PER_BLOCK))
-                self.functions[variant.name] = (function, block)
+                block = min(BLOCK_SIZE, function_attribute(function, "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"))
+                self.functions[variant.name] = (function, block, ArgumentBuffer(launch.params))
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}
 
     def attributes(self, variant: str) -> dict:
         """What the compiled function really uses, for the report."""
-        function, block = self.functions[variant]
-        return {"arch": self.arch, "num_regs": function_attribute(function, _NUM_REGS),
-                "local_size_bytes": function_attribute(function, _LOCAL_SIZE_BYTES), "block": block}
+        function, block, _ = self.functions[variant]
+        return {"arch": self.arch, "num_regs": function_attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                "local_size_bytes": function_attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+                "block": block}
 
     # ---- launching
     def block(self, variant: str) -> int:
@@ -150,22 +221,28 @@ class CudaBackend:
 
     def _device_filling_blocks(self, function, block: int) -> int:
         """Blocks that fill every SM at the function's occupancy (from its real register use)."""
-        device = self.cp.cuda.Device()
-        try:
-            per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, block, 0)
-        except AttributeError:  # an older CuPy: the thread limit alone
-            per_sm = device.attributes["MaxThreadsPerMultiProcessor"] // block
-        return max(1, per_sm) * device.attributes["MultiProcessorCount"]
+        per_sm = checked(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0))
+        return max(1, per_sm) * self.cp.cuda.Device().attributes["MultiProcessorCount"]
 
     def packer(self, param: KernelParam):
-        # CuPy packs a NumPy scalar by its dtype and a CuPy array as its address.
-        return None if param.pack is None else param.pack.numpy_dtype.type
+        # An array as its address; a scalar as it is: `struct` packs a Python number as the
+        # C type (the binder has checked its range and rounded a float as the reference does).
+        return _cupy_pointer if param.pack is None else None
 
     def launcher(self, variant: str, grid: int, block: int, shared_bytes: int = 0):
-        function = self.functions[variant][0]
-        if shared_bytes:  # dynamic shared memory (within the 48 KiB a block gets without opting in)
-            return functools.partial(function, (grid,), (block,), shared_mem=shared_bytes)
-        return functools.partial(function, (grid,), (block,))
+        """fire(args, stream=None): the driver's launch with the variant's buffer
+        packed in place; `stream` anything with the handle as `.ptr` (None: CuPy's current)."""
+        function, _, arguments = self.functions[variant]
+        launch, current, lock, fill = self.driver.cuLaunchKernel, self.cp.cuda.get_current_stream, \
+            arguments.lock, arguments.fill
+
+        def fire(args, stream=None):
+            handle = (current() if stream is None else stream).ptr
+            with lock:  # the buffer is the driver's to read until the launch returns
+                error, = launch(function, grid, 1, 1, block, 1, 1, shared_bytes, handle, fill(args), 0)
+            if error:
+                checked((error,))
+        return fire
 
     # ---- arrays
     def empty(self, shape, dtype):
@@ -175,7 +252,7 @@ class CudaBackend:
         return array.data.ptr
 
     def address(self, pointer: int):
-        return np.uint64(pointer)  # a pointer parameter's 8 bytes, as CuPy packs an array's
+        return pointer
 
     def signature(self, value) -> tuple | None:
         if type(value) is self.cp.ndarray:  # the common case, inline (a graph replay's key)
@@ -277,8 +354,8 @@ class DeviceArrays:
             value = self._import(value)
         if value.data.device_id != self.device:
             device = value.data.device_id
-            raise ArgumentError(f"the array is on device {device}, but this pipeline runs on device "
-                                f"{self.device} (use `with cupy.cuda.Device({device}):`)")
+            raise ArgumentError(f"the array is on device {device}, but the call's first array is on device "
+                                f"{self.device}: a call's arrays must all be on one device")
         return value
 
     def _adopt_tensor(self, tensor):
@@ -287,8 +364,8 @@ class DeviceArrays:
             raise ArgumentError(f"the tensor is on the {tensor.device.type}; the cuda backend takes CUDA tensors "
                                 "(x.cuda())")
         if device != self.device:
-            raise ArgumentError(f"the tensor is on cuda:{device}, but this pipeline runs on device {self.device} "
-                                f"(use `with cupy.cuda.Device({device}):`)")
+            raise ArgumentError(f"the tensor is on cuda:{device}, but the call's first array is on device "
+                                f"{self.device}: a call's arrays must all be on one device")
         return self._torch_view(tensor)
 
     def _torch_view(self, tensor):
@@ -338,7 +415,9 @@ _shape, _strides, _dtype, _requires_grad = (operator.attrgetter(name)
 
 @functools.cache
 def available() -> bool:
+    """A CUDA device, CuPy and NVIDIA's bindings are all here."""
     try:
+        driver()
         return bool(cupy().cuda.is_available())
     except Exception:
         return False

@@ -19,6 +19,7 @@ from fusec.errors import ArgumentError
 from fusec.ir.launch import KernelParam, LaunchInterface
 from fusec.runtime.host_arrays import HostArrays
 from fusec.runtime.host_compiler import compile_shared_library
+from fusec.runtime.packing import ArgumentBuffer
 from fusec.target import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
@@ -48,18 +49,20 @@ def cuda_include_dir() -> str | None:
 class SimBackend:
     """Builds the module for the host and runs each launch's whole grid, thread by thread."""
 
+    # Arrays reach `launcher` as themselves: each launch copies them between guard zones.
+    by_address = False
+
     def __init__(self, cuda_source: str, interface: LaunchInterface):
         self.arrays = HostArrays("the sim backend")
         self.lib = ctypes.CDLL(str(self._build(cuda_source, interface)))
         self.launched: list[str] = []  # variant names, in order (tests read which variant ran)
-        self.functions = {}
+        self.functions = {}  # variant -> (launcher, its argument buffer)
         for launch in interface.kernels:
-            argtypes = [ctypes.c_uint, ctypes.c_uint] + [_ctype(p) for p in launch.params]
             for variant in launch.variants:
                 fn = getattr(self.lib, f"fz_launch_{variant.name}")
                 # returns what the sim found wrong (a barrier not every thread reaches ...), or NULL
-                fn.argtypes, fn.restype = argtypes, ctypes.c_char_p
-                self.functions[variant.name] = fn
+                fn.argtypes, fn.restype = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p], ctypes.c_char_p
+                self.functions[variant.name] = (fn, ArgumentBuffer(launch.params))
 
     def _build(self, cuda_source: str, interface: LaunchInterface) -> Path:
         launcher = emit_sim_launcher(interface, "module.cu")
@@ -76,16 +79,18 @@ class SimBackend:
         return PERSISTENT_SIM_BLOCKS
 
     def packer(self, param: KernelParam):
-        return None  # ctypes converts scalars by the argtypes; fire() takes arrays' addresses
+        return None  # fire() packs scalars and guarded arrays' addresses itself
 
     def launcher(self, variant: str, grid: int, block: int, shared_bytes: int = 0):
         """`shared_bytes` is the launcher's to compute (sim_launcher: from the row's length)."""
-        function, launched = self.functions[variant], self.launched
+        (function, arguments), launched = self.functions[variant], self.launched
 
         def fire(args, stream=None):
             launched.append(variant)
             guarded = [_Guarded(a) if isinstance(a, np.ndarray) else None for a in args]
-            error = function(grid, block, *[a if g is None else g.address for g, a in zip(guarded, args)])
+            with arguments.lock:  # ctypes lets other threads run during the launch
+                params = arguments.fill([a if g is None else g.address for g, a in zip(guarded, args)])
+                error = function(grid, block, params)
             if error is not None:
                 raise RuntimeError(f"the sim's {variant}: {error.decode()} (a fusec bug)")
             for g in guarded:
@@ -120,10 +125,6 @@ class SimBackend:
             raise ArgumentError("stream= is for the cuda backend; the sim backend runs on the CPU")
         return None
 
-
-
-def _ctype(p: KernelParam):
-    return ctypes.c_void_p if p.pack is None else getattr(ctypes, p.pack.ctypes)
 
 
 # Bounds checking: each array a kernel gets is a copy between two guard zones of

@@ -1,0 +1,58 @@
+"""Every GPU of a host, on the CPU: which device a call runs on, and the
+error for a call whose arrays are on two devices (the cuda backend's array
+model over a stand-in for CuPy's arrays; the gpu tier runs the real ones)."""
+from types import SimpleNamespace
+
+import pytest
+
+import fusec
+from fusec.errors import ArgumentError
+from fusec.runtime.backends import cuda
+from fusec.runtime.binder import Binder
+
+
+class FakeArray:
+    """What the cuda backend reads of a CuPy array."""
+
+    def __init__(self, device, n=8, dtype="float32"):
+        import numpy as np
+        self.data = SimpleNamespace(device_id=device, ptr=4096 * (device + 1))
+        self.dtype, self.shape, self.strides = np.dtype(dtype), (n,), (np.dtype(dtype).itemsize,)
+        self.size, self.nbytes = n, n * self.dtype.itemsize
+        self.flags = SimpleNamespace(c_contiguous=True)
+        self._c_contiguous = True
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    cp = SimpleNamespace(ndarray=FakeArray, empty=None,
+                         cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: 0)))
+    monkeypatch.setattr(cuda, "cupy", lambda: cp)
+    cuda._runtime.cache_clear()
+    yield cp
+    cuda._runtime.cache_clear()  # the stand-in's runtime is not kept for later tests
+
+
+def binder_on(device, cp, source="pipeline p(a: f32[n], b: f32[n]) -> (y: f32[n]) { y = a + b; }"):
+    f = fusec.jit(source, backend="numpy")
+    return Binder(f.compiled.interface.signature, cuda.DeviceArrays(cp, device))
+
+
+def test_the_first_arrays_device_is_the_calls(fake_cupy):
+    assert cuda.call_device((FakeArray(1), FakeArray(0)), {}) == 1
+    assert cuda.call_device((2.0,), {"a": FakeArray(3)}) == 3
+    assert cuda.call_device((2.0, 3), {}) == 0  # no array: the current device
+
+
+def test_arrays_of_one_device_bind(fake_cupy):
+    call = binder_on(1, fake_cupy).bind((FakeArray(1), FakeArray(1)), {})
+    assert call.dims == {"n": 8}
+
+
+@pytest.mark.parametrize("first,second", [(0, 1), (1, 0)])
+def test_a_call_on_two_devices_is_refused_naming_the_parameter(fake_cupy, first, second):
+    binder = binder_on(first, fake_cupy)
+    with pytest.raises(ArgumentError) as info:
+        binder.bind((FakeArray(first), FakeArray(second)), {})
+    assert str(info.value) == (f"parameter 'b': the array is on device {second}, but the call's first array is "
+                               f"on device {first}: a call's arrays must all be on one device")
