@@ -29,7 +29,7 @@ from fusec.passes.partitions import Context
 if TYPE_CHECKING:
     from fusec.passes.fusion import Best
 
-# A rewrite is kept where it is predicted faster by at least this share: below
+# A rewrite is kept where it is predicted faster by more than this share: at or below
 # it the model cannot tell them apart, and storing is the simpler kernel.
 RECOMPUTE_MARGIN = 0.001
 
