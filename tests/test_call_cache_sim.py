@@ -3,7 +3,7 @@ signatures of two earlier ones replays the launches recorded at the second,
 checking only its scalars. In the sim, against the reference and the checked path."""
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, assert_matches
 
 import fusec
 from fusec.errors import ArgumentError
@@ -96,3 +96,42 @@ def test_new_outputs_that_miss_the_alignment_take_the_checked_path():
     y = f(x, 2.0, 1.0)
     np.testing.assert_array_equal(y, 3.0)
     assert y.ctypes.data % 16 == 0  # the checked path's own output, not the misaligned one
+
+
+def test_a_repeated_call_with_out_replays_into_the_given_arrays():
+    dag = fusec.jit(str(ROOT / "examples/dag.fz"), backend="sim")
+    reference = fusec.jit(str(ROOT / "examples/dag.fz"), backend="numpy")
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(777).astype(np.float32) for _ in range(3))
+    outs = (np.empty(777, np.float32), np.empty(777, np.float32))
+    for _ in range(3):  # checked, recorded, replayed
+        result = dag(a, b, c, out=outs)
+        assert result[0] is outs[0] and result[1] is outs[1]
+    runner = dag._runner
+    assert len(runner._calls) == 1 and "out" in next(iter(runner._calls))
+    a[:] = -a  # new values at the same addresses: replayed, into the same outputs
+    launched = len(runner.backend.launched)
+    result = dag(a, b, c, out=outs)
+    assert len(runner.backend.launched) > launched and len(runner._calls) == 1
+    assert_matches(result, reference(a, b, c))  # dag's math: libm, within the stated ulps
+    other = (np.empty(777, np.float32), np.empty(777, np.float32))
+    result = dag(a, b, c, out=other)  # other outputs: a new key, checked
+    assert result[0] is other[0] and len(runner._calls) == 1
+    np.testing.assert_array_equal(other[0], outs[0])
+
+
+def test_out_on_the_fast_path_is_still_the_callers_and_checked_when_wrong():
+    f = fusec.jit(SBR, backend="sim")
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    y = np.empty(64, np.float32)
+    for s in (1.0, 2.0, 3.0):
+        assert f(x, s, 0.5, out=y) is y
+        np.testing.assert_array_equal(y, relu(x, s, 0.5))
+    with pytest.raises(ArgumentError, match="out= array has shape"):
+        f(x, 1.0, 0.0, out=np.empty(63, np.float32))
+    with pytest.raises(ArgumentError, match="parameter 's' is a scalar f32; got str"):
+        f(x, "1", 0.0, out=y)  # a recorded key, a wrong scalar
+    read_only = np.empty(64, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ArgumentError, match="read-only"):
+        f(x, 1.0, 0.0, out=read_only)

@@ -56,3 +56,21 @@ def test_a_call_on_two_devices_is_refused_naming_the_parameter(fake_cupy, first,
         binder.bind((FakeArray(first), FakeArray(second)), {})
     assert str(info.value) == (f"parameter 'b': the array is on device {second}, but the call's first array is "
                                f"on device {first}: a call's arrays must all be on one device")
+
+
+def test_a_tensor_that_requires_grad_is_keyed_apart_while_grad_mode_is_on(fake_cupy):
+    """A call recorded under no_grad is not replayed for a tensor the binder would refuse
+    (it requires grad while grad mode is on: autograd would not see the call)."""
+    torch = pytest.importorskip("torch")
+    backend = object.__new__(cuda.CudaBackend)
+    backend.cp, backend._reader_cache = fake_cupy, {}
+    weight = torch.ones(4, requires_grad=True)
+    with torch.no_grad():
+        recorded = backend.signature(weight)
+    assert backend.signature(weight) != recorded
+    plain = torch.ones(4)
+    with torch.no_grad():
+        assert backend.signature(plain) == backend.signature(plain.detach())
+    assert backend.signature(plain) == backend.signature(plain.detach())  # alike in either mode
+    with torch.no_grad():
+        assert backend.signature(weight) == recorded

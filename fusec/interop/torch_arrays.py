@@ -27,6 +27,10 @@ def is_tensor(value) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+def grad_enabled() -> bool:
+    return sys.modules["torch"].is_grad_enabled()
+
+
 def readable(tensor):
     """The tensor, for fusec to read and write in place; ArgumentError where that would bypass autograd."""
     if tensor.requires_grad:

@@ -127,7 +127,14 @@ class Executor:
         self._seen: set[tuple] = set()  # keys of plain calls seen once
 
     def __call__(self, *args, **kwargs):
-        key = self._call_key(args) if not kwargs else None
+        out = None
+        if not kwargs:
+            key = self._call_key(args)
+        elif len(kwargs) == 1 and "out" in kwargs:  # the outputs given: part of the key
+            out = kwargs["out"]
+            key = self._out_key(args, out)
+        else:
+            key = None
         record = False
         if key is not None:
             try:
@@ -135,7 +142,7 @@ class Executor:
             except TypeError:  # an unhashable repeat count: the checked path says what is wrong
                 call = key = None
             if call is not None:
-                result = call.run(args)
+                result = call.run(args, out)
                 if result is not _RecordedCall.MISALIGNED:
                     return result
             elif key is not None:  # kept from its second sighting on, so that one-off calls cost no recording
@@ -150,7 +157,7 @@ class Executor:
         if record:
             if len(self._calls) >= 256:
                 self._calls.clear()
-            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind)
+            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind, call.outputs is not None)
         return self._result(values)
 
     def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
@@ -172,6 +179,18 @@ class Executor:
             elif scalars or position in self._count_positions:
                 key += (type(value), value)
         return tuple(key)
+
+    def _out_key(self, args: tuple, out) -> tuple | None:
+        """A call with out= as a key: the arguments' and each given output's signature."""
+        key = self._call_key(args)
+        if key is None:
+            return None
+        outs = out if type(out) is tuple else (out,)
+        if len(outs) != self.n_outputs:
+            return None  # the checked path says what is wrong
+        signature = self.backend.signature
+        signatures = tuple(map(signature, outs))
+        return None if None in signatures else (*key, "out", *signatures)
 
     def _allocate(self, call: BoundCall) -> tuple["CallValues", "_Sizes"]:
         """A checked call as one flat list of values (parameters, outputs,
@@ -326,13 +345,15 @@ class _RecordedCall:
 
     MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
 
-    def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind):
+    def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind,
+                 given_outputs: bool = False):
         backend, first = executor.backend, len(executor.params)
         self.empty, self.pointer, self.stream = kind.empty, kind.pointer, kind.stream
         # The backend's own arrays are launch arguments as they are, unless it launches
         # by address; another kind's (torch's) go by address, which costs less than a view of each.
         self.address = None if kind.native and not backend.by_address else backend.address
-        self.allocations = list(sizes.outputs) + list(sizes.temps)
+        # With out= in the key, the outputs are the caller's: only temporaries are new.
+        self.allocations = list(sizes.temps) if given_outputs else list(sizes.outputs) + list(sizes.temps)
         self.n_outputs = len(sizes.outputs)
         checkers = executor.binder.checkers
         self.scalars = [(i, checkers[i]) for i, is_array in enumerate(executor._is_array) if not is_array]
@@ -357,8 +378,13 @@ class _RecordedCall:
             self.alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
             self.launches.append((template, new, scalars, fire))
 
-    def run(self, args: tuple):
+    def run(self, args: tuple, out=None):
+        """The launches again with these scalars, into new outputs (or `out`, the
+        caller's, as the key fixed them) and new temporaries."""
         allocated = [self.empty(shape, dtype) for shape, dtype in self.allocations]
+        if out is not None:
+            given = out if type(out) is tuple else (out,)
+            allocated[:0] = given  # of the call's kind, as the key's types fix
         for k, size in self.alignment:
             if self.pointer(allocated[k]) % size:
                 return self.MISALIGNED
@@ -376,4 +402,4 @@ class _RecordedCall:
                 fire(launch_args)
             else:
                 fire(launch_args, stream=stream)
-        return as_result(allocated[:self.n_outputs])
+        return as_result(list(given) if out is not None else allocated[:self.n_outputs])

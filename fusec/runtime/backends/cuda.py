@@ -287,7 +287,7 @@ class CudaBackend:
             else:  # torch.Tensor and its subclasses: the class that defines the methods
                 base = next((c for c in kind.__mro__ if {"data_ptr", "is_contiguous"} <= vars(c).keys()), None)
                 if base is not None:  # is_contiguous, not stride(): the same check, without a tuple per call
-                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype, _requires_grad)
+                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype, _refused_for_grad)
             self._reader_cache[kind] = readers
         return self._reader_cache[kind]
 
@@ -409,8 +409,13 @@ class DeviceArrays:
 
 
 _cupy_pointer = operator.attrgetter("data.ptr")
-_shape, _strides, _dtype, _requires_grad = (operator.attrgetter(name)
-                                             for name in ("shape", "strides", "dtype", "requires_grad"))
+_shape, _strides, _dtype = (operator.attrgetter(name) for name in ("shape", "strides", "dtype"))
+
+
+def _refused_for_grad(tensor) -> bool:
+    """In a key: whether the binder refuses the tensor (it requires grad while grad mode is on), so
+    that a call recorded under no_grad is not replayed for one that autograd would miss."""
+    return tensor.requires_grad and torch_arrays.grad_enabled()
 
 
 @functools.cache
