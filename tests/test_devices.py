@@ -74,3 +74,19 @@ def test_a_tensor_that_requires_grad_is_keyed_apart_while_grad_mode_is_on(fake_c
     assert backend.signature(plain) == backend.signature(plain.detach())  # alike in either mode
     with torch.no_grad():
         assert backend.signature(weight) == recorded
+
+
+def test_foreachs_key_of_many_tensors_holds_grad_mode_where_one_requires_grad(fake_cupy):
+    torch = pytest.importorskip("torch")
+    backend = object.__new__(cuda.CudaBackend)
+    backend.cp, backend._reader_cache = fake_cupy, {}
+    tensors = [torch.ones(3), torch.ones(5, requires_grad=True)]
+    with torch.no_grad():
+        recorded = backend.signatures(tensors)
+        assert backend.signatures(tensors) == recorded
+    assert backend.signatures(tensors) != recorded
+    plain = [torch.ones(3), torch.ones(5)]
+    with torch.no_grad():
+        assert backend.signatures(plain) == backend.signatures(plain)
+        unchanged = backend.signatures(plain)
+    assert backend.signatures(plain) == unchanged  # no tensor requires grad: grad mode is not in the key

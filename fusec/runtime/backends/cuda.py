@@ -259,9 +259,10 @@ class CudaBackend:
             return value.data.ptr, value.shape, value.strides, value.dtype
         readers = self._readers(type(value))
         try:
-            return None if readers is None else tuple(read(value) for read in readers)
+            key = None if readers is None else tuple(read(value) for read in readers)
         except Exception:  # e.g. a sparse torch tensor has no address: the full check says why
             return None
+        return key + (torch_arrays.grad_enabled(),) if key and key[-1] is True else key
 
     def signatures(self, arrays: list) -> tuple | None:
         """The signatures of many arrays (foreach's look-up): one list per
@@ -269,10 +270,12 @@ class CudaBackend:
         readers = {self._readers(kind) for kind in set(map(type, arrays))}
         if len(readers) != 1 or None in readers:
             return None
+        readers = readers.pop()
         try:
-            return tuple(list(map(read, arrays)) for read in readers.pop())
+            key = tuple(list(map(read, arrays)) for read in readers)
         except Exception:
             return None
+        return key + (torch_arrays.grad_enabled(),) if readers[-1] is _requires_grad and any(key[-1]) else key
 
     def _readers(self, kind: type) -> tuple | None:
         """Functions reading what the full check of an array depends on, for
@@ -287,7 +290,10 @@ class CudaBackend:
             else:  # torch.Tensor and its subclasses: the class that defines the methods
                 base = next((c for c in kind.__mro__ if {"data_ptr", "is_contiguous"} <= vars(c).keys()), None)
                 if base is not None:  # is_contiguous, not stride(): the same check, without a tuple per call
-                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype, _refused_for_grad)
+                    # requires_grad last: a key with it set also holds grad mode (signature,
+                    # signatures), so a call recorded under no_grad is not replayed for one
+                    # the binder refuses (autograd would miss it)
+                    readers = (base.data_ptr, _shape, base.is_contiguous, _dtype, _requires_grad)
             self._reader_cache[kind] = readers
         return self._reader_cache[kind]
 
@@ -409,13 +415,8 @@ class DeviceArrays:
 
 
 _cupy_pointer = operator.attrgetter("data.ptr")
-_shape, _strides, _dtype = (operator.attrgetter(name) for name in ("shape", "strides", "dtype"))
-
-
-def _refused_for_grad(tensor) -> bool:
-    """In a key: whether the binder refuses the tensor (it requires grad while grad mode is on), so
-    that a call recorded under no_grad is not replayed for one that autograd would miss."""
-    return tensor.requires_grad and torch_arrays.grad_enabled()
+_shape, _strides, _dtype, _requires_grad = (operator.attrgetter(name)
+                                             for name in ("shape", "strides", "dtype", "requires_grad"))
 
 
 @functools.cache
