@@ -335,71 +335,87 @@ class _Sizes:
 
 
 class _RecordedCall:
-    """A plain call seen twice, replayed for calls with its key (`Executor._call_key`):
+    """A call seen twice, replayed for calls with its key (`Executor._call_key`):
     every check that depends on the arrays was made then, and each launch is
-    fixed but for the scalars and the new outputs and temporaries. Input arrays
-    are held by address only, so nothing is kept alive. The key fixes the kind
-    of the arrays (their types are in it): outputs are allocated as that kind,
-    and the launches go to its stream (torch tensors: torch's current stream,
-    where they were produced; no stream hand-off is needed)."""
+    fixed but for the scalars and the new outputs and temporaries (or the
+    caller's out= arrays, when the key holds them). Input arrays are held by
+    address only, so nothing is kept alive. The key fixes the kind of the
+    arrays (their types are in it): outputs are allocated as that kind, and the
+    launches go to its stream (torch tensors: torch's current stream, where
+    they were produced; no stream hand-off is needed).
+
+    `run(args, out=None)` is generated for the call (`_generate`): straight-line
+    code with the launches' fixed arguments as constants, since this is the
+    path whose host time a small kernel's call is made of."""
 
     MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
 
     def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind,
                  given_outputs: bool = False):
         backend, first = executor.backend, len(executor.params)
-        self.empty, self.pointer, self.stream = kind.empty, kind.pointer, kind.stream
-        # The backend's own arrays are launch arguments as they are, unless it launches
-        # by address; another kind's (torch's) go by address, which costs less than a view of each.
-        self.address = None if kind.native and not backend.by_address else backend.address
-        # With out= in the key, the outputs are the caller's: only temporaries are new.
-        self.allocations = list(sizes.temps) if given_outputs else list(sizes.outputs) + list(sizes.temps)
-        self.n_outputs = len(sizes.outputs)
+        n_outputs = len(sizes.outputs)
+        # Slot k of the outputs and temporaries: new each call (given: the caller's outputs).
+        allocations = list(enumerate(sizes.outputs)) if not given_outputs else []
+        allocations += [(n_outputs + t, size) for t, size in enumerate(sizes.temps)]
         checkers = executor.binder.checkers
-        self.scalars = [(i, checkers[i]) for i, is_array in enumerate(executor._is_array) if not is_array]
-        scalar_index = {i: j for j, (i, _) in enumerate(self.scalars)}  # parameter position -> index in scalars
-        self.alignment: set[tuple[int, int]] = set()
-        self.launches = []
+        scalar_params = [i for i, is_array in enumerate(executor._is_array) if not is_array]
+        alignment: set[tuple[int, int]] = set()
+        launches = []  # per launch: (fire, [its arguments as Python expressions])
+        names: dict[str, object] = {}
+
+        def constant(value) -> str:
+            names[f"c{len(names)}"] = value
+            return f"c{len(names) - 1}"
         for index, variant, grid, block, shared, args in launched:
             kernel = executor.kernels[index]
-            fire = backend.launcher(variant.name, grid, block, shared)
-            template, new, scalars = [], [], []
-            for at, (source, pack, value) in enumerate(zip(kernel.sources, kernel.packers, args)):
+            arguments = []
+            for source, pack, value in zip(kernel.sources, kernel.packers, args):
                 if isinstance(source, ArrayArg) and source.slot >= first:  # an output or temporary: new each call
-                    new.append((at, source.slot - first))
-                    value = None
+                    arguments.append(f"n{source.slot - first}")
                 elif isinstance(source, ArrayArg):
-                    value = backend.address(backend.pointer(value))
+                    arguments.append(constant(backend.address(backend.pointer(value))))
                 elif isinstance(source, ScalarArg):
-                    scalars.append((at, scalar_index[source.slot], pack))
-                elif pack is not None:
-                    value = pack(value)
-                template.append(value)
-            self.alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
-            self.launches.append((template, new, scalars, fire))
+                    scalar = f"s{scalar_params.index(source.slot)}"
+                    arguments.append(scalar if pack is None else f"{constant(pack)}({scalar})")
+                else:
+                    arguments.append(constant(value if pack is None else pack(value)))
+            alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
+            launches.append((constant(backend.launcher(variant.name, grid, block, shared)), arguments))
+        # The backend's own arrays are launch arguments as they are, unless it launches
+        # by address; another kind's (torch's) go by address, which costs less than a view of each.
+        by_address = not kind.native or backend.by_address
+        self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
+                                          by_address, [(position, checkers[position]) for position in scalar_params],
+                                          launches, kind, backend.address)
 
-    def run(self, args: tuple, out=None):
-        """The launches again with these scalars, into new outputs (or `out`, the
-        caller's, as the key fixed them) and new temporaries."""
-        allocated = [self.empty(shape, dtype) for shape, dtype in self.allocations]
-        if out is not None:
-            given = out if type(out) is tuple else (out,)
-            allocated[:0] = given  # of the call's kind, as the key's types fix
-        for k, size in self.alignment:
-            if self.pointer(allocated[k]) % size:
-                return self.MISALIGNED
-        address, pointer = self.address, self.pointer
-        new = allocated if address is None else [address(pointer(a)) for a in allocated]
-        scalars = [check(args[i]) for i, check in self.scalars]
-        stream = self.stream()
-        for template, outputs, scalar_args, fire in self.launches:
-            launch_args = template.copy()
-            for at, k in outputs:
-                launch_args[at] = new[k]
-            for at, j, pack in scalar_args:
-                launch_args[at] = scalars[j] if pack is None else pack(scalars[j])
-            if stream is None:
-                fire(launch_args)
-            else:
-                fire(launch_args, stream=stream)
-        return as_result(list(given) if out is not None else allocated[:self.n_outputs])
+
+def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
+              by_address: bool, scalars: list, launches: list, kind: ArrayKind, address) -> tuple[Callable, str]:
+    """One recorded call's run(args, out=None), compiled, and its source."""
+    names.update(empty=kind.empty, pointer=kind.pointer, address=address, get_stream=kind.stream,
+                 MISALIGNED=_RecordedCall.MISALIGNED)
+    lines = ["def run(args, out=None):"]
+    if given_outputs and n_outputs:
+        targets = "".join(f"v{k}, " for k in range(n_outputs))
+        lines.append(f"    {targets}= out if type(out) is tuple else (out,)")
+    for k, (shape, dtype) in allocations:
+        names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
+        lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
+    for k, size in alignment:
+        lines.append(f"    if pointer(v{k}) % {size}:\n        return MISALIGNED")
+    slots = n_outputs + sum(1 for k, _ in allocations if k >= n_outputs)
+    for k in range(slots):
+        lines.append(f"    n{k} = address(pointer(v{k}))" if by_address else f"    n{k} = v{k}")
+    for j, (position, check) in enumerate(scalars):
+        names[f"check{j}"] = check
+        lines.append(f"    s{j} = check{j}(args[{position}])")
+    lines.append("    stream = get_stream()")
+    for fire, arguments in launches:
+        call = f"[{', '.join(arguments)}]"
+        lines.append(f"    {fire}({call}) if stream is None else {fire}({call}, stream=stream)")
+    result = "None" if not n_outputs else "v0" if n_outputs == 1 else \
+        "(" + "".join(f"v{k}, " for k in range(n_outputs)) + ")"
+    lines.append(f"    return {result}")
+    source = "\n".join(lines)
+    exec(compile(source, "<fusec recorded call>", "exec"), names)
+    return names["run"], source
