@@ -1,12 +1,16 @@
 """Backward pipelines derived from the source (unit tier): torch.autograd.gradcheck
 in f64 of fusec.torch_op, whose backward is the derived pipeline, for the
-differentiable examples and for a statement of every differentiable builtin;
-the derived .fz itself; located errors for what cannot be differentiated yet."""
+differentiable examples, a statement of every differentiable builtin and
+random differentiable pipelines (hypothesis); the derived .fz itself, and that
+of every differentiable example as golden text; located errors for what cannot
+be differentiated yet."""
 import itertools
 import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from helpers import EXAMPLES, ROOT
 
 import fusec
@@ -130,3 +134,50 @@ def test_examples_listed_here_are_all_the_differentiable_ones():
             pass
     # fusion_hurts derives too (its 24 inputs make gradcheck slow); quantize's outputs are integers (zero gradients).
     assert sorted(derivable) == sorted(DIFFERENTIABLE + ["fusion_hurts", "quantize"])
+
+
+# ---- the derived backward of every differentiable example, as golden .fz text
+
+@pytest.mark.parametrize("example", DIFFERENTIABLE)
+def test_the_derived_backward_matches_golden(file_regression, example):
+    """Regenerate on purpose with `pytest tests/test_grad.py --force-regen`, reading the diff."""
+    program = check_source(Source(f"{example}.fz", (ROOT / "examples" / f"{example}.fz").read_text()))
+    text = "\n".join(backward_source(program, p.name) for p in program.pipelines)
+    check_source(Source(f"{example}.grad.fz", text))  # the golden text is itself a valid program
+    file_regression.check(text, fullpath=ROOT / "tests" / "golden" / f"{example}.grad.fz")
+
+
+# ---- random differentiable pipelines (hypothesis): gradcheck of the derived backward
+
+# Each builtin on a domain where it is smooth at the random points: (template, operands).
+SMOOTH = [("sin({0})", 1), ("cos({0})", 1), ("tanh({0})", 1), ("sigmoid({0})", 1), ("exp({0} * 0.5)", 1),
+          ("log(1.5 + {0} * {0})", 1), ("sqrt(1.0 + {0} * {0})", 1), ("atan({0})", 1), ("erf({0})", 1),
+          ("({0} * {1})", 2), ("({0} + {1})", 2), ("({0} - 0.5 * {1})", 2), ("({0} / (2.0 + {1} * {1}))", 2),
+          ("atan2({0}, 2.0 + {1} * {1})", 2), ("fma({0}, {1}, {2})", 3), ("({0} ** 2.0)", 1),
+          ("abs({0} + 3.0)", 1), ("min({0}, {1})", 2), ("where({0} > {1}, {0} * {1}, {1})", 2)]
+
+
+@st.composite
+def differentiable_pipelines(draw):
+    """A pipeline of 1-3 f64 inputs (and maybe a scalar), 1-5 statements of smooth builtins
+    (some left dead, some reading only earlier statements), 1-2 outputs."""
+    inputs = [f"x{i}" for i in range(draw(st.integers(1, 3)))]
+    scalar = draw(st.booleans())
+    names, lines = list(inputs) + (["s"] if scalar else []), []
+    for k in range(draw(st.integers(1, 5))):
+        template, arity = draw(st.sampled_from(SMOOTH))
+        operands = [draw(st.sampled_from(names)) for _ in range(arity)]
+        lines.append(f"    t{k} = {template.format(*operands)};")
+        names.append(f"t{k}")
+    statements = [f"t{k}" for k in range(len(lines))]
+    outputs = draw(st.lists(st.sampled_from(statements), min_size=1, max_size=2, unique=True))
+    params = ", ".join([f"{x}: f64[n]" for x in inputs] + (["s: f64"] if scalar else []))
+    results = ", ".join(f"y{j}: f64[n]" for j in range(len(outputs)))
+    body = lines + [f"    y{j} = {t} + x0 * 0.0;" for j, t in enumerate(outputs)]  # an array even if t is scalar-only
+    return f"pipeline p({params}) -> ({results}) {{\n" + "\n".join(body) + "\n}\n"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(differentiable_pipelines())
+def test_random_differentiable_pipelines_pass_gradcheck(text):
+    gradcheck(text, "p", {"n": 5})
