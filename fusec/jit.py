@@ -138,9 +138,12 @@ class JitPipeline:
         return DEFAULT_ARCH
 
     def compile_options(self, **changes) -> CompileOptions:
+        """The options this pipeline compiles with; a tuned partition stays chosen (the
+        guard's re-plan after compiling changes variants within it, not the partition)."""
         o = self.options
         return CompileOptions(**{"fuse": o.fuse, "max_regs": o.max_regs, "arch": self.arch,
-                                 "persistent": o.persistent, "fast_math": o.fast_math, **changes})
+                                 "persistent": o.persistent, "fast_math": o.fast_math,
+                                 "partition": self.__dict__.get("_tuned_partition"), **changes})
 
     @functools.cached_property
     def compiled(self) -> Compiled:
@@ -247,9 +250,10 @@ class JitPipeline:
             tuning.remember(self.program, self.name, shapes, device, options, timings)
             self.timings = timings
             winner = next((t.groups for t in timings if t.measured_us is not None), None)
+        if winner is not None:
+            self.__dict__["_tuned_partition"] = winner
         if winner is not None and winner != self.compiled.partition.groups:
-            self.__dict__["compiled"] = compile_pipeline(self.program, self.name,
-                                                         self.compile_options(partition=winner))
+            self.__dict__["compiled"] = compile_pipeline(self.program, self.name, self.compile_options())
             self.__dict__.pop("_runners", None)
         self.__dict__["_tuned"] = True
 
@@ -272,7 +276,7 @@ class JitPipeline:
     def _foreach_compiled(self) -> Compiled:
         from fusec.passes.plan import PlanError
         try:
-            return compile_pipeline(self.program, self.name, self.compile_options(multi_tensor=True))
+            return compile_pipeline(self.program, self.name, self.compile_options(multi_tensor=True, partition=None))
         except PlanError as exc:
             raise ValueError(str(exc)) from None
 

@@ -69,3 +69,15 @@ def test_import_fusec_and_compile_without_cupy(tmp_path):
 def test_graph_needs_the_cuda_backend():
     with pytest.raises(ValueError, match="graph=True replays CUDA graphs: it needs the cuda backend"):
         fusec.jit(SBR, backend="numpy", graph=True)
+
+
+def test_a_tuned_partition_survives_a_recompile():
+    """The guard's re-plan after compiling (real registers) compiles again with compile_options:
+    a partition chosen by tuning must stay chosen (the re-plan had dropped it)."""
+    f = fusec.jit("pipeline p(x: f32[n]) -> (y: f32[n]) { t = exp(x); y = t * 2.0 + sin(t); }", backend="numpy")
+    unfused = tuple((i,) for i in range(len(f.compiled.graph.stages)))
+    assert f.compiled.partition.groups != unfused
+    f.__dict__["_tuned_partition"] = unfused  # as _tune_for records a winner
+    again = fusec.compiler.compile_pipeline(f.program, f.name, f.compile_options(observed=()))
+    assert again.partition.groups == unfused
+    assert f.compile_options(multi_tensor=True, partition=None).partition is None  # foreach: its own one kernel
