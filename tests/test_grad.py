@@ -181,3 +181,46 @@ def differentiable_pipelines(draw):
 @given(differentiable_pipelines())
 def test_random_differentiable_pipelines_pass_gradcheck(text):
     gradcheck(text, "p", {"n": 5})
+
+
+# ---- traced Python functions as ops: the backward derived from the traced pipeline
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_a_traced_function_op_passes_gradcheck(backend):
+    def gated(x: torch.Tensor, g: torch.Tensor, k: torch.Tensor, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * fusec.sigmoid(beta * g) + fusec.tanh(x * g)
+        return y, fusec.exp(-x * x) * k
+
+    op = fusec.torch_op(gated, name=f"grad_test::traced{next(_names)}", backend=backend)
+    rng = np.random.default_rng(1)
+    x, g = (torch.tensor(rng.standard_normal((2, 3)), requires_grad=True) for _ in range(2))
+    k = torch.tensor(rng.standard_normal((2, 3)))  # a float tensor that needs no gradient
+    assert torch.autograd.gradcheck(op, (x, g, k, 0.7), atol=1e-6, rtol=1e-5)
+    # the gradients are the same maths' in torch
+    y, z = op(x, g, k, 0.7)
+    (y.sum() + (z * z).sum()).backward()
+    x2, g2 = x.detach().clone().requires_grad_(), g.detach().clone().requires_grad_()
+    y2 = x2 * torch.sigmoid(0.7 * g2) + torch.tanh(x2 * g2)
+    (y2.sum() + ((torch.exp(-x2 * x2) * k) ** 2).sum()).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(g.grad, g2.grad)
+
+
+def test_a_traced_function_op_with_an_integer_tensor_gets_none_for_it():
+    def scaled(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return x * n
+
+    op = fusec.torch_op(scaled, name=f"grad_test::traced{next(_names)}", backend="numpy")
+    x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    n = torch.tensor([2, 3, 4])
+    op(x, n).sum().backward()
+    torch.testing.assert_close(x.grad, n.to(torch.float64))
+
+
+def test_a_loss_summed_over_an_ops_output_backpropagates():
+    """y.sum()'s gradient reaches the op as ones expanded (stride 0): the backward takes it."""
+    text = f64((ROOT / "examples/scale_bias_relu.fz").read_text())
+    op = fusec.torch_op(text, name=f"grad_test::summed{next(_names)}")
+    x = torch.linspace(-2, 2, 9, dtype=torch.float64, requires_grad=True)
+    op(x, 1.5, -0.25).sum().backward()
+    torch.testing.assert_close(x.grad, torch.where(x * 1.5 - 0.25 > 0, 1.5, 0.0).to(torch.float64))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Callable
 from fractions import Fraction
 
 from fusec.errors import Diagnostic, FzError, Loc
@@ -45,6 +46,7 @@ class _Backward:
     def __init__(self, program: Program, name: str):
         self.program, self.pipeline = program, program.pipeline(name)
         self.graph: StageGraph = lower(program, self.pipeline)
+        self.same_dim = _equated(self.pipeline.dim_eqs)
         self.names: dict[str, str] = {}
         taken = {s.name for s in self.pipeline.slots}
         for value in self.graph.values:  # SSA versions as identifiers: h, h.v1 -> h, h_v1
@@ -148,10 +150,11 @@ class _Backward:
         v = self.graph.value(value)
         if v.shape is None or not v.type.is_float:
             return  # scalars and integers have no gradient here
-        space, shape = stage.shape, v.shape
-        if tuple(shape) == tuple(space):
+        # Dims the call must give equal sizes (a traced function's x_0 and y_0) are one dim here.
+        space, shape = tuple(map(self.same_dim, stage.shape)), tuple(map(self.same_dim, v.shape))
+        if shape == space:
             contributions.setdefault(value, []).append(a)
-        elif len(shape) == len(space) and tuple(shape[:-1]) == tuple(space[:-1]) and shape[-1] == 1:
+        elif len(shape) == len(space) and shape[:-1] == space[:-1] and shape[-1] == 1:
             contributions.setdefault(value, []).append(f"row_sum({a})")
         else:
             self.error(loc, f"the gradient of '{v.buffer}' ({fmt_shape(shape)}, read over {fmt_shape(space)}) is "
@@ -271,3 +274,20 @@ def _literal(value, t) -> str:
 
 def _declare(name: str, slot) -> str:
     return f"{name}: {slot.type.name}" + ("" if slot.shape is None else fmt_shape(slot.shape))
+
+
+def _equated(equations) -> Callable[[object], object]:
+    """dim -> one representative of the dims the call's equations make equal (a literal if any)."""
+    parent: dict = {}
+
+    def find(d):
+        while parent.get(d, d) != d:
+            d = parent[d]
+        return d
+    for eq in equations:
+        a, b = find(eq.a), find(eq.b)
+        if a != b:
+            if isinstance(a, int):
+                a, b = b, a
+            parent[a] = b  # a literal stays the root
+    return find

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import typing
 from dataclasses import dataclass, replace
 
 from fusec.errors import ArgumentError
-from fusec.ir.launch import CallSignature, call_signature
+from fusec.ir.launch import CallSignature, SignatureParam, call_signature
 from fusec.jit import JitOptions, JitPipeline, jit
 from fusec.runtime.binder import bind_dims, concrete
 
@@ -103,12 +104,14 @@ class TorchOp:
         torch = self.torch
         saved = iter(ctx.saved_tensors)
         inputs = [next(saved) if isinstance(a, torch.Tensor) else a for a in ctx.inputs]
-        float_outputs = self.definition.float_outputs
-        seeds = [g if g is not None else torch.zeros_like(out)
-                 for g, out, wanted in zip(grads, ctx.outputs, float_outputs) if wanted]
+        seeded, returned, kept = self.definition.gradient_layout(inputs, ctx.outputs)
+        # Autograd's gradients may be broadcast views (y.sum()'s is ones expanded): made contiguous.
+        seeds = [g.contiguous() if g is not None else torch.zeros_like(out)
+                 for g, out, wanted in zip(grads, ctx.outputs, seeded) if wanted]
         result = self.backward(*inputs, *seeds)
         found = iter(result if isinstance(result, tuple) else (result,))
-        return tuple(next(found) if differentiable else None for differentiable in self.definition.float_inputs)
+        gradients = [next(found) if r else None for r in returned]
+        return tuple(g if keep else None for g, keep in zip(gradients, kept))
 
     # ---- the fake (meta) implementation: shapes and dtypes only
     def _fake(self, *args):
@@ -217,6 +220,11 @@ class _Definition:
         """The op computing the gradients (None: not derived for this kind of definition)."""
         return None
 
+    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
+        """For the backward op's call: which outputs' gradients it takes, which parameters'
+        gradients it returns, and which of those autograd gets (the others: None)."""
+        raise NotImplementedError
+
     def schema(self) -> str:
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
         params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else f"{p.type} {p.name}" for p in self.params]
@@ -255,14 +263,10 @@ class _FzDefinition(_Definition):
     def runner(self, backend: str):
         return JitPipeline(self.program, self.name, replace(self.options, backend=backend))
 
-    @property
-    def float_inputs(self) -> list[bool]:
-        """Per parameter: whether it gets a gradient (a float array)."""
-        return [p.is_array and p.type.is_float for p in self._signature.params]
-
-    @property
-    def float_outputs(self) -> list[bool]:
-        return [o.type.is_float for o in self._signature.outputs]
+    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
+        """The derived pipeline takes the float outputs' gradients and returns the float arrays'."""
+        float_inputs = [p.is_array and p.type.is_float for p in self._signature.params]
+        return [o.type.is_float for o in self._signature.outputs], float_inputs, float_inputs
 
     def backward(self, torch, name: str) -> "TorchOp | None":
         """The backward pipeline as the op `name`_backward; None where it cannot be
@@ -312,6 +316,18 @@ class _TracedDefinition(_Definition):
         pipeline = self._tracer.compile_for(*args)
         return call_signature(pipeline.program.pipeline(pipeline.name))
 
+    def backward(self, torch, name: str) -> "TorchOp":
+        """The op `name`_backward: for each traced signature, the backward derived from
+        the traced pipeline, as for a .fz pipeline (an error at backward time where a
+        traced pipeline cannot be differentiated)."""
+        return TorchOp(torch, f"{name}_backward", _TracedBackward(self), differentiable=False)
+
+    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
+        """The traced backward's schema is fixed before any signature is traced: it takes
+        every output's gradient and returns one for every tensor, kept for the float ones."""
+        return ([True] * len(outputs), [p.is_tensor for p in self.params],
+                [p.is_tensor and a.is_floating_point() for p, a in zip(self.params, inputs)])
+
     def check_outputs(self, n: int) -> None:
         if n != self.n_outputs:
             raise TypeError(f"{self.fn.__name__} returns {n} array{'s' if n != 1 else ''}, but its annotation "
@@ -353,3 +369,66 @@ def _annotated_outputs(fn, torch) -> int:
             return len(items)
     raise TypeError(f"fusec.torch_op(): annotate what {fn.__name__} returns: torch.Tensor, or "
                     "tuple[torch.Tensor, ...] with one Tensor per returned array")
+
+
+class _TracedBackward(_Definition):
+    """The backward op of a traced function: the forward's parameters, then one
+    gradient per forward output; returns one gradient per tensor parameter, each
+    of that tensor's shape and dtype (an integer tensor's is zeros: autograd gets
+    None for it). Run by deriving the backward of the pipeline traced for the
+    call's signature (fusec.frontend.grad), compiled once per signature."""
+
+    def __init__(self, forward: _TracedDefinition):
+        self.forward, self.options = forward, forward.options
+        self.params = [OpParam(p.name, p.type) for p in forward.params] + \
+            [OpParam(f"grad_{j}", "Tensor") for j in range(forward.n_outputs)]
+        self.n_outputs = sum(p.is_tensor for p in forward.params)
+        self._backwards: dict[tuple, JitPipeline] = {}  # (backend, the traced pipeline's name) -> its backward
+
+    def scalars_as_declared(self, args: tuple) -> tuple:
+        n = len(self.forward.params)
+        return self.forward.scalars_as_declared(args[:n]) + tuple(args[n:])
+
+    def signature(self, args: tuple, fake: bool = False) -> CallSignature:
+        forward = self.forward.signature(args[:len(self.forward.params)], fake)
+        seeds = tuple(SignatureParam(f"grad_{o.name}", o.type, o.shape, "in") for o in forward.outputs)
+        grads = tuple(SignatureParam(f"grad_{p.name}", p.type, p.shape, "out") for p in forward.params if p.is_array)
+        return CallSignature(f"{forward.name}_backward", forward.params + seeds, grads, forward.dim_equations)
+
+    def runner(self, backend: str):
+        tracer = self.forward.runner(backend)
+        n = len(self.forward.params)
+
+        def run(*args, out=None):
+            inputs, seeds = args[:n], args[n:]
+            traced = tracer.compile_for(*inputs)
+            backward = self._backward_of(traced, backend)
+            signature = call_signature(traced.program.pipeline(traced.name))
+            wanted = [s for s, o in zip(seeds, signature.outputs) if o.type.is_float]
+            result = backward(*inputs, *wanted)
+            found = iter(result if isinstance(result, tuple) else () if result is None else (result,))
+            grads = [next(found) if p.type.is_float else _zeros_like(a)
+                     for p, a in zip(signature.params, inputs) if p.is_array]
+            if out is not None:  # the numpy backend: written into the op's outputs
+                for o, g in zip(out, grads):
+                    o.copy_(g)
+                return out
+            return _as_op_result(grads)
+        return run
+
+    def _backward_of(self, traced: JitPipeline, backend: str) -> JitPipeline:
+        key = (backend, traced.program.source.text, traced.name)
+        backward = self._backwards.get(key)
+        if backward is None:
+            from fusec.errors import Source
+            from fusec.frontend import check_source
+            from fusec.frontend.grad import backward_source
+            text = backward_source(traced.program, traced.name)  # FzError: says what cannot be differentiated
+            program = check_source(Source(f"{traced.program.source.name} (backward)", text))
+            backward = self._backwards[key] = JitPipeline(program, f"{traced.name}_grad",
+                                                          replace(self.options, backend=backend))
+        return backward
+
+
+def _zeros_like(tensor):
+    return sys.modules["torch"].zeros_like(tensor)
