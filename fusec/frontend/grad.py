@@ -42,6 +42,20 @@ def backward_source(program: Program, name: str) -> str:
     return _Backward(program, name).source()
 
 
+# d/dx of one-argument functions: {a} the adjoint of the result {r}, {x} the argument.
+_UNARY = {
+    "cast": "{a}", "neg": "-({a})", "exp": "{a} * {r}", "exp2": f"{{a}} * {{r}} * {LN2}",
+    "expm1": "{a} * ({r} + 1.0)", "log": "{a} / {x}", "log2": f"{{a}} / ({{x}} * {LN2})",
+    "log10": f"{{a}} / ({{x}} * {LN10})", "log1p": "{a} / (1.0 + {x})", "sqrt": "{a} * 0.5 / {r}",
+    "rsqrt": "{a} * -0.5 * {r} / {x}", "cbrt": "{a} * {r} / (3.0 * {x})", "sin": "{a} * cos({x})",
+    "cos": "-({a}) * sin({x})", "tan": "{a} * (1.0 + {r} * {r})", "asin": "{a} * rsqrt(1.0 - {x} * {x})",
+    "acos": "-({a}) * rsqrt(1.0 - {x} * {x})", "atan": "{a} / (1.0 + {x} * {x})",
+    "sinh": "{a} * cosh({x})", "cosh": "{a} * sinh({x})", "tanh": "{a} * (1.0 - {r} * {r})",
+    "sigmoid": "{a} * {r} * (1.0 - {r})", "erf": f"{{a}} * {TWO_OVER_SQRT_PI} * exp(-({{x}} * {{x}}))",
+    "abs": "{a} * ({x} > 0.0 ? 1.0 : {x} < 0.0 ? -1.0 : 0.0)",
+}
+
+
 class _Backward:
     def __init__(self, program: Program, name: str):
         self.program, self.pipeline = program, program.pipeline(name)
@@ -184,19 +198,8 @@ class _Backward:
             return []
         x = args[0] if args else ""
         y = args[1] if len(args) > 1 else ""
-        one = {
-            "cast": a, "neg": f"-({a})", "exp": f"{a} * {r}", "exp2": f"{a} * {r} * {LN2}",
-            "expm1": f"{a} * ({r} + 1.0)", "log": f"{a} / {x}", "log2": f"{a} / ({x} * {LN2})",
-            "log10": f"{a} / ({x} * {LN10})", "log1p": f"{a} / (1.0 + {x})", "sqrt": f"{a} * 0.5 / {r}",
-            "rsqrt": f"{a} * -0.5 * {r} / {x}", "cbrt": f"{a} * {r} / (3.0 * {x})", "sin": f"{a} * cos({x})",
-            "cos": f"-({a}) * sin({x})", "tan": f"{a} * (1.0 + {r} * {r})", "asin": f"{a} * rsqrt(1.0 - {x} * {x})",
-            "acos": f"-({a}) * rsqrt(1.0 - {x} * {x})", "atan": f"{a} / (1.0 + {x} * {x})",
-            "sinh": f"{a} * cosh({x})", "cosh": f"{a} * sinh({x})", "tanh": f"{a} * (1.0 - {r} * {r})",
-            "sigmoid": f"{a} * {r} * (1.0 - {r})", "erf": f"{a} * {TWO_OVER_SQRT_PI} * exp(-({x} * {x}))",
-            "abs": f"{a} * ({x} > 0.0 ? 1.0 : {x} < 0.0 ? -1.0 : 0.0)",
-        }
-        if op in one:
-            return [(ids[0], one[op])]
+        if op in _UNARY:
+            return [(ids[0], _UNARY[op].format(a=a, x=x, r=r))]
         if op == "add":
             return [(ids[0], a), (ids[1], a)]
         if op == "sub":
