@@ -217,18 +217,22 @@ class JitPipeline:
         return executor(checked.interface, backend)
 
     def __call__(self, *args, **kwargs):
-        if self.options.tune and "_tuned" not in self.__dict__:
-            self._tune_for(args, kwargs)
         if self.backend != "cuda":
             return self._host_runner(*args, **kwargs)
         # Arrays on device k run on device k: the first array's device decides.
         call_device, current_device, on_device = self._devices
         device = call_device(args, kwargs)
-        runner = self._runners.get(device) or self._runner_on(device)
         if device == current_device():
-            return runner(*args, **kwargs)
+            return self._call_on(device, args, kwargs)
         with on_device(device):
-            return runner(*args, **kwargs)
+            return self._call_on(device, args, kwargs)
+
+    def _call_on(self, device: int, args: tuple, kwargs: dict):
+        """The call on `device`, which is current (tuned there first with tune=True)."""
+        if self.options.tune and "_tuned" not in self.__dict__:
+            self._tune_for(args, kwargs)
+        runner = self._runners.get(device) or self._runner_on(device)
+        return runner(*args, **kwargs)
 
     @functools.cached_property
     def _devices(self):

@@ -27,10 +27,12 @@ BLOCK_SIZE = 256
 # items to balance 132 SMs).
 FOREACH_CHUNK = 8192
 # A row kernel that passes over its row more than once keeps the row's inputs
-# in shared memory from the first pass where a row's worth fits in this much
-# (the dynamic shared memory a block gets without opting in); longer rows are
-# read again from global memory (L2) in each pass. Not yet measured on the H200.
-ROW_CACHE_BYTES = 48 * 1024
+# in shared memory from the first pass where a row's worth fits in this much:
+# the 48 KiB a block gets without opting in, less 1 KiB for the kernel's static
+# shared memory (a partial per warp of each accumulation type: at most 512 B),
+# which counts against the same 48 KiB; longer rows are read again from global
+# memory (L2) in each pass. Not yet measured on the H200.
+ROW_CACHE_BYTES = 47 * 1024
 
 # The register budget a fused kernel may not exceed is a number of 32-bit
 # registers per thread; ptxas allocates at most this many.

@@ -224,3 +224,15 @@ def test_a_loss_summed_over_an_ops_output_backpropagates():
     x = torch.linspace(-2, 2, 9, dtype=torch.float64, requires_grad=True)
     op(x, 1.5, -0.25).sum().backward()
     torch.testing.assert_close(x.grad, torch.where(x * 1.5 - 0.25 > 0, 1.5, 0.0).to(torch.float64))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_a_traced_op_of_one_tensor_and_scalars_backpropagates(backend):
+    """One tensor parameter: the backward op has one output (the numpy backend wrote into its rows)."""
+    def single(x: torch.Tensor, s: float, k: int) -> torch.Tensor:
+        return fusec.sin(x) * s * k
+
+    op = fusec.torch_op(single, name=f"grad_test::single{next(_names)}", backend=backend)
+    x = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(3, 4).requires_grad_()
+    op(x, 2.0, 3).sum().backward()
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()) * 6.0)

@@ -383,7 +383,7 @@ class _TracedBackward(_Definition):
         self.params = [OpParam(p.name, p.type) for p in forward.params] + \
             [OpParam(f"grad_{j}", "Tensor") for j in range(forward.n_outputs)]
         self.n_outputs = sum(p.is_tensor for p in forward.params)
-        self._backwards: dict[tuple, JitPipeline] = {}  # (backend, the traced pipeline's name) -> its backward
+        self._backwards: dict[tuple, JitPipeline] = {}  # (backend, the traced program's text, name) -> backward
 
     def scalars_as_declared(self, args: tuple) -> tuple:
         n = len(self.forward.params)
@@ -409,8 +409,8 @@ class _TracedBackward(_Definition):
             found = iter(result if isinstance(result, tuple) else () if result is None else (result,))
             grads = [next(found) if p.type.is_float else _zeros_like(a)
                      for p, a in zip(signature.params, inputs) if p.is_array]
-            if out is not None:  # the numpy backend: written into the op's outputs
-                for o, g in zip(out, grads):
+            if out is not None:  # the numpy backend: written into the op's outputs (one, or a tuple)
+                for o, g in zip(out if isinstance(out, tuple) else (out,), grads):
                     o.copy_(g)
                 return out
             return _as_op_result(grads)

@@ -11,7 +11,9 @@ function over a grid (`Backend`).
 """
 from __future__ import annotations
 
+import linecache
 import math
+import zlib
 from typing import Callable, Protocol
 
 from fusec.ir.launch import (
@@ -106,10 +108,11 @@ class Executor:
     What depends only on the pipeline is prepared once (the binder's checkers,
     each kernel's argument sources and packers); what depends on the arrays'
     shapes (allocation shapes, each kernel's sizes) once per shape signature.
-    A plain call (no out=, no stream=) whose arrays have the signatures of two
-    earlier calls (address, shape, layout, dtype; and the same repeat counts)
-    replays the launches recorded at the second (`_RecordedCall`): it checks
-    its scalars, allocates its outputs and launches.
+    A call (no stream=) whose arrays, out= arrays included, have the
+    signatures of two earlier calls (address, shape, layout, dtype; and the
+    same repeat counts) replays the launches recorded at the second
+    (`_RecordedCall`): it checks its scalars, allocates its outputs (unless
+    given) and launches.
     """
 
     def __init__(self, interface: LaunchInterface, backend: Backend):
@@ -124,7 +127,7 @@ class Executor:
         self._is_array = [p.is_array for p in self.params]
         self._count_positions = set(signature.counts)
         self._calls: dict[tuple, _RecordedCall] = {}
-        self._seen: set[tuple] = set()  # keys of plain calls seen once
+        self._seen: set[tuple] = set()  # keys of calls seen once (`_call_key`, `_out_key`)
 
     def __call__(self, *args, **kwargs):
         out = None
@@ -335,7 +338,8 @@ class _Sizes:
 
 
 class _RecordedCall:
-    """A call seen twice, replayed for calls with its key (`Executor._call_key`):
+    """A call seen twice, replayed for calls with its key (`Executor._call_key`, or
+    `_out_key` with out=):
     every check that depends on the arrays was made then, and each launch is
     fixed but for the scalars and the new outputs and temporaries (or the
     caller's out= arrays, when the key holds them). Input arrays are held by
@@ -402,9 +406,10 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
         names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
         lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
     for k, size in alignment:
-        lines.append(f"    if pointer(v{k}) % {size}:\n        return MISALIGNED")
-    slots = n_outputs + sum(1 for k, _ in allocations if k >= n_outputs)
-    for k in range(slots):
+        if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
+            lines.append(f"    if pointer(v{k}) % {size}:\n        return MISALIGNED")
+    n_temps = sum(1 for k, _ in allocations if k >= n_outputs)
+    for k in range(n_outputs + n_temps):
         lines.append(f"    n{k} = address(pointer(v{k}))" if by_address else f"    n{k} = v{k}")
     for j, (position, check) in enumerate(scalars):
         names[f"check{j}"] = check
@@ -416,6 +421,10 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     result = "None" if not n_outputs else "v0" if n_outputs == 1 else \
         "(" + "".join(f"v{k}, " for k in range(n_outputs)) + ")"
     lines.append(f"    return {result}")
-    source = "\n".join(lines)
-    exec(compile(source, "<fusec recorded call>", "exec"), names)
+    source = "\n".join(lines) + "\n"
+    # Named by its text (the same text, one entry), and kept where tracebacks read it.
+    filename = f"<fusec recorded call {zlib.crc32(source.encode()):08x}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), names)
     return names["run"], source
+

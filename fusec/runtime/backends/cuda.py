@@ -120,28 +120,37 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(d for d in candidates if os.path.exists(os.path.join(d, "cuda_fp16.h")))[:1]
 
 
+def nvrtc_checked(result):
+    """An NVRTC call's values, its nvrtcResult checked (named by NVRTC, not the driver)."""
+    error, *values = result
+    if error:
+        from cuda.bindings import nvrtc
+        raise RuntimeError(f"NVRTC error {nvrtc.nvrtcGetErrorString(error)[1].decode()}")
+    return values[0] if len(values) == 1 else values
+
+
 def nvrtc_version() -> str:
     from cuda.bindings import nvrtc
-    return ".".join(map(str, checked(nvrtc.nvrtcVersion())))
+    return ".".join(map(str, nvrtc_checked(nvrtc.nvrtcVersion())))
 
 
 def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> bytes:
     """NVRTC through NVIDIA's bindings: a cubin (native) or PTX, or a RuntimeError with NVRTC's log."""
     from cuda.bindings import nvrtc
-    program = checked(nvrtc.nvrtcCreateProgram(source.encode(), b"fusec_module.cu", 0, [], []))
+    program = nvrtc_checked(nvrtc.nvrtcCreateProgram(source.encode(), b"fusec_module.cu", 0, [], []))
     try:
         flags = [o.encode() for o in options] + [f"-I{d}".encode() for d in include_dirs()]
         error, = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
         if error:
-            size = checked(nvrtc.nvrtcGetProgramLogSize(program))
+            size = nvrtc_checked(nvrtc.nvrtcGetProgramLogSize(program))
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(program, log)
             raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
                                + log.decode(errors="replace").rstrip("\x00 "))
         size_of, get = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if native else \
             (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
-        code = b" " * checked(size_of(program))
-        checked(get(program, code))
+        code = b" " * nvrtc_checked(size_of(program))
+        nvrtc_checked(get(program, code))
         return code
     finally:
         nvrtc.nvrtcDestroyProgram(program)
