@@ -136,3 +136,13 @@ def test_out_on_the_fast_path_is_still_the_callers_and_checked_when_wrong():
     read_only.flags.writeable = False
     with pytest.raises(ArgumentError, match="read-only"):
         f(x, 1.0, 0.0, out=read_only)
+
+
+def test_out_none_is_a_plain_call_on_the_fast_path():
+    f = fusec.jit(SBR, backend="sim")
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    results = [f(x, 2.0, 0.5, out=None) for _ in range(3)] + [f(x, 2.0, 0.5)]
+    assert len(f._runner._calls) == 1  # out=None and no out= share one recording
+    assert len({id(r) for r in results}) == 4  # each call its own new output
+    for r in results:
+        np.testing.assert_array_equal(r, relu(x, 2.0, 0.5))

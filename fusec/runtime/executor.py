@@ -133,9 +133,9 @@ class Executor:
         out = None
         if not kwargs:
             key = self._call_key(args)
-        elif len(kwargs) == 1 and "out" in kwargs:  # the outputs given: part of the key
+        elif len(kwargs) == 1 and "out" in kwargs:  # the outputs given: part of the key (None: not given)
             out = kwargs["out"]
-            key = self._out_key(args, out)
+            key = self._call_key(args) if out is None else self._out_key(args, out)
         else:
             key = None
         record = False
