@@ -90,7 +90,7 @@ class Backend(Protocol):
 class _Kernel:
     """One kernel's launch, prepared from its `KernelLaunch` for one backend."""
 
-    __slots__ = ("launch", "variants", "sources", "packers", "getters")
+    __slots__ = ("launch", "variants", "sources", "packers", "getters", "packed_getters")
 
     def __init__(self, launch: KernelLaunch, backend: Backend):
         self.launch = launch
@@ -98,8 +98,11 @@ class _Kernel:
         self.variants = [(v, backend.block(v.name)) for v in launch.variants]
         self.sources = [p.source for p in launch.params]
         self.packers = [backend.packer(p) for p in launch.params]
-        # Each parameter's value from (values, n, extents), decided once per source.
+        # Each parameter's value from (values, n, extents), decided once per source;
+        # and packed for the launch, in one call.
         self.getters = [_getter(source) for source in self.sources]
+        self.packed_getters = [get if pack is None or get is None else _packed(get, pack)
+                               for get, pack in zip(self.getters, self.packers)]
 
 
 class Executor:
@@ -243,13 +246,20 @@ class Executor:
         kernel = self.kernels[index]
         n, extents = sizes.kernels[index]
         variant, block = self._variant(kernel, values, extents)
-        grid = self._grid(variant, block, n, extents)
+        fixed = sizes.launches.get((index, variant.name))
+        if fixed is None:  # what the shapes fix of this variant's launch: its grid, shared memory, launcher
+            grid = self._grid(variant, block, n, extents)
+            shared = extents[-1] * variant.row_cache if variant.row_cache else 0  # bytes of dynamic shared memory
+            fire = self.backend.launcher(variant.name, grid, block, shared) if grid else None
+            fixed = sizes.launches[index, variant.name] = (grid, shared, fire)
+        grid, shared, fire = fixed
         if grid == 0:
             return
-        args = [get(values, n, extents) for get in kernel.getters]
-        packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
-        shared = extents[-1] * variant.row_cache if variant.row_cache else 0  # bytes of dynamic shared memory
-        fire = self.backend.launcher(variant.name, grid, block, shared)
+        if launched is None:
+            packed = [get(values, n, extents) for get in kernel.packed_getters]
+        else:  # recorded: the values as well as their packing
+            args = [get(values, n, extents) for get in kernel.getters]
+            packed = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
         if stream is None:
             fire(packed)
         else:
@@ -297,6 +307,10 @@ def _count(count, values: list) -> int:
     return count if isinstance(count, int) else values[count.slot]
 
 
+def _packed(get: Callable, pack: Callable) -> Callable[[list, int, list], object]:
+    return lambda values, n, extents: pack(get(values, n, extents))
+
+
 def _getter(source) -> Callable[[list, int, list], object] | None:
     """get(values, n, extents): a parameter's value for one launch."""
     match source:
@@ -331,10 +345,11 @@ def as_result(outputs: list):
 class _Sizes:
     """What one shape signature fixes: output and temporary shapes, and each kernel's sizes."""
 
-    __slots__ = ("outputs", "temps", "kernels")
+    __slots__ = ("outputs", "temps", "kernels", "launches")
 
     def __init__(self, outputs, temps, kernels):
         self.outputs, self.temps, self.kernels = outputs, temps, kernels
+        self.launches: dict[tuple[int, str], tuple] = {}  # (kernel, variant) -> (grid, shared bytes, launcher)
 
 
 class _RecordedCall:
