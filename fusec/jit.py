@@ -201,19 +201,25 @@ class JitPipeline:
         return runner
 
     def _cuda_runner(self):
-        """An executor on the current device (its module loaded there)."""
-        from fusec.runtime.backends.cuda import CudaBackend
+        """An executor on the current device (its module loaded there). A device of
+        another architecture than the first one's (a host of mixed GPUs), where no
+        arch was given, gets the pipeline compiled for its own."""
+        from fusec.runtime.backends.cuda import CudaBackend, device_arch
         from fusec.runtime.cuda_graphs import GraphExecutor
         from fusec.runtime.executor import Executor
         executor = GraphExecutor if self.options.graph else Executor
-        backend = CudaBackend(self.compiled.cuda, self.compiled.interface, arch=self.arch)
+        arch = self.options.arch or device_arch()
+        compiled = self.compiled if arch == self.arch else \
+            compile_pipeline(self.program, self.name, self.compile_options(arch=arch))
+        backend = CudaBackend(compiled.cuda, compiled.interface, arch=arch)
         # The guard: where ptxas's real registers break the plan, plan again with them.
-        checked = guard.replan(self.compiled, guard.observe(self.compiled, backend.attributes),
+        checked = guard.replan(compiled, guard.observe(compiled, backend.attributes),
                                lambda observed: compile_pipeline(self.program, self.name,
-                                                                 self.compile_options(observed=observed)))
-        if checked is not self.compiled:
-            self.__dict__["compiled"] = checked
-            backend = CudaBackend(checked.cuda, checked.interface, arch=self.arch)
+                                                                 self.compile_options(arch=arch, observed=observed)))
+        if checked is not compiled:
+            if arch == self.arch:
+                self.__dict__["compiled"] = checked
+            backend = CudaBackend(checked.cuda, checked.interface, arch=arch)
         return executor(checked.interface, backend)
 
     def __call__(self, *args, **kwargs):
@@ -307,12 +313,13 @@ class JitPipeline:
         return self._foreach_runners.get(device) or self._foreach_runner_on(device)
 
     def _foreach_runner_on(self, device: int):
-        from fusec.runtime.backends.cuda import CudaBackend, on_device
+        from fusec.runtime.backends.cuda import CudaBackend, device_arch, on_device
         from fusec.runtime.foreach import MultiTensorExecutor
-        compiled = self._foreach_compiled
         with on_device(device):
-            runner = MultiTensorExecutor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface,
-                                                                         arch=self.arch))
+            arch = self.options.arch or device_arch()  # a device of another architecture: compiled for it
+            compiled = self._foreach_compiled if arch == self.arch else compile_pipeline(
+                self.program, self.name, self.compile_options(multi_tensor=True, partition=None, arch=arch))
+            runner = MultiTensorExecutor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface, arch=arch))
         self._foreach_runners[device] = runner
         return runner
 

@@ -90,3 +90,36 @@ def test_foreachs_key_of_many_tensors_holds_grad_mode_where_one_requires_grad(fa
         assert backend.signatures(plain) == backend.signatures(plain)
         unchanged = backend.signatures(plain)
     assert backend.signatures(plain) == unchanged  # no tensor requires grad: grad mode is not in the key
+
+
+def test_a_device_of_another_architecture_gets_the_pipeline_compiled_for_it(fake_cupy, monkeypatch):
+    """A host of an sm_90 and an sm_80: each device's module is built for its own arch
+    (the first device's would not load on an older one)."""
+    import contextlib
+
+    import fusec.passes.guard as guard
+    current, archs, loaded = [0], {0: "sm_90", 1: "sm_80"}, []
+
+    @contextlib.contextmanager
+    def on_device(device):
+        before, current[0] = current[0], device
+        try:
+            yield
+        finally:
+            current[0] = before
+    fake_cupy.cuda.Device = lambda *a: SimpleNamespace(id=current[0])
+    driver = SimpleNamespace(cuModuleGetFunction=lambda module, name: (0, name))
+    for name, value in {"device_arch": lambda: archs[current[0]], "current_device": lambda: current[0],
+                        "on_device": on_device, "driver": lambda: driver, "checked": lambda result: result[1],
+                        "function_attribute": lambda function, attribute: 1024, "available": lambda: True,
+                        "load_module": lambda source, arch, fast_math=False: loaded.append(arch)}.items():
+        monkeypatch.setattr(cuda, name, value)
+    monkeypatch.setattr(guard, "observe", lambda compiled, attributes: ())
+    f = fusec.jit("pipeline p(a: f32[n], b: f32[n]) -> (y: f32[n]) { y = a * b + 1.0; }", backend="cuda")
+    runners = {device: f._runner_on(device) for device in (0, 1)}
+    assert loaded == ["sm_90", "sm_80"]
+    assert {d: r.interface.arch for d, r in runners.items()} == {0: "sm_90", 1: "sm_80"}
+    assert f.compiled.interface.arch == "sm_90"  # the first device's, as before
+    pinned = fusec.jit("pipeline p(a: f32[n]) -> (y: f32[n]) { y = a * 2.0; }", backend="cuda", arch="sm_80")
+    pinned._runner_on(0)
+    assert loaded[-1] == "sm_80"  # an arch given is kept on every device
