@@ -208,6 +208,16 @@ class OpParam:
         return self.type == "Tensor"
 
 
+class GradientLayout(typing.NamedTuple):
+    """How a backward op is called, per forward output or parameter: the output gradients it
+    takes (`seeded`), the parameters it returns a gradient for (`returned`), and which of those
+    autograd gets (`kept`; the others None)."""
+
+    seeded: list[bool]
+    returned: list[bool]
+    kept: list[bool]
+
+
 class _Definition:
     """A pipeline as an op sees it: its parameters and number of outputs (the
     schema), the call signature of given arguments, and a runner per backend."""
@@ -220,9 +230,8 @@ class _Definition:
         """The op computing the gradients (None: not derived for this kind of definition)."""
         return None
 
-    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
-        """For the backward op's call: which outputs' gradients it takes, which parameters'
-        gradients it returns, and which of those autograd gets (the others: None)."""
+    def gradient_layout(self, inputs: list, outputs: tuple) -> "GradientLayout":
+        """How the backward op is called for these inputs and outputs."""
         raise NotImplementedError
 
     def schema(self) -> str:
@@ -263,10 +272,10 @@ class _FzDefinition(_Definition):
     def runner(self, backend: str):
         return JitPipeline(self.program, self.name, replace(self.options, backend=backend))
 
-    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
+    def gradient_layout(self, inputs: list, outputs: tuple) -> "GradientLayout":
         """The derived pipeline takes the float outputs' gradients and returns the float arrays'."""
         float_inputs = [p.is_array and p.type.is_float for p in self._signature.params]
-        return [o.type.is_float for o in self._signature.outputs], float_inputs, float_inputs
+        return GradientLayout([o.type.is_float for o in self._signature.outputs], float_inputs, float_inputs)
 
     def backward(self, torch, name: str) -> "TorchOp | None":
         """The backward pipeline as the op `name`_backward; None where it cannot be
@@ -322,11 +331,11 @@ class _TracedDefinition(_Definition):
         traced pipeline cannot be differentiated)."""
         return TorchOp(torch, f"{name}_backward", _TracedBackward(self), differentiable=False)
 
-    def gradient_layout(self, inputs: list, outputs: tuple) -> tuple[list, list, list]:
+    def gradient_layout(self, inputs: list, outputs: tuple) -> "GradientLayout":
         """The traced backward's schema is fixed before any signature is traced: it takes
         every output's gradient and returns one for every tensor, kept for the float ones."""
-        return ([True] * len(outputs), [p.is_tensor for p in self.params],
-                [p.is_tensor and a.is_floating_point() for p, a in zip(self.params, inputs)])
+        return GradientLayout([True] * len(outputs), [p.is_tensor for p in self.params],
+                              [p.is_tensor and a.is_floating_point() for p, a in zip(self.params, inputs)])
 
     def check_outputs(self, n: int) -> None:
         if n != self.n_outputs:
