@@ -134,9 +134,8 @@ def run_compile(args) -> int:
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
     if args.grad:
-        from fusec.frontend.grad import backward_source
-        derived = "\n".join(backward_source(program, name) for name in selected)
-        program = check_source(Source(f"{program.source.name} (backward)", derived))
+        from fusec.frontend.grad import backward_program
+        program = backward_program(program, *selected)
         selected = [f"{name}_grad" for name in selected]
     if args.emit == "fz":
         text = program.source.text

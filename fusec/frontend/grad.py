@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable
 from fractions import Fraction
+from typing import Callable
 
-from fusec.errors import Diagnostic, FzError, Loc
+from fusec.errors import Diagnostic, FzError, Loc, Source
 from fusec.ir.program import Program, fmt_shape
 from fusec.ir.stages import Stage, StageGraph
 from fusec.passes.lower import lower
@@ -40,6 +40,14 @@ LN2, LN10, TWO_OVER_SQRT_PI = "0.6931471805599453", "2.302585092994046", "1.1283
 def backward_source(program: Program, name: str) -> str:
     """The .fz text of pipeline `name`'s backward, `<name>_grad`."""
     return _Backward(program, name).source()
+
+
+def backward_program(program: Program, *names: str) -> Program:
+    """The backwards of the pipelines `names`, `<name>_grad` each, as one checked
+    program (FzError where one cannot be derived)."""
+    from fusec.frontend import check_source
+    text = "\n".join(backward_source(program, name) for name in names)
+    return check_source(Source(f"{program.source.name} (backward)", text))
 
 
 # d/dx of one-argument functions: {a} the adjoint of the result {r}, {x} the argument.

@@ -108,8 +108,7 @@ class TorchOp:
         # Autograd's gradients may be broadcast views (y.sum()'s is ones expanded): made contiguous.
         seeds = [g.contiguous() if g is not None else torch.zeros_like(out)
                  for g, out, wanted in zip(grads, ctx.outputs, seeded) if wanted]
-        result = self.backward(*inputs, *seeds)
-        found = iter(result if isinstance(result, tuple) else (result,))
+        found = iter(_op_results(self.backward(*inputs, *seeds)))
         gradients = [next(found) if r else None for r in returned]
         return tuple(g if keep else None for g, keep in zip(gradients, kept))
 
@@ -190,6 +189,11 @@ class TorchOp:
 
 def _as_op_result(outputs: list):
     return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _op_results(result) -> tuple:
+    """An op's result as a tuple of its outputs (`_as_op_result` undone)."""
+    return () if result is None else result if isinstance(result, tuple) else (result,)
 
 
 # ---- what an op is defined from
@@ -280,14 +284,12 @@ class _FzDefinition(_Definition):
     def backward(self, torch, name: str) -> "TorchOp | None":
         """The backward pipeline as the op `name`_backward; None where it cannot be
         derived (loops, inout, ...: calling backward then fails in torch)."""
-        from fusec.errors import FzError, Source
-        from fusec.frontend import check_source
-        from fusec.frontend.grad import backward_source
+        from fusec.errors import FzError
+        from fusec.frontend.grad import backward_program
         try:
-            text = backward_source(self.program, self.name)
+            program = backward_program(self.program, self.name)
         except FzError:
             return None
-        program = check_source(Source(f"{self.program.source.name} (backward)", text))
         return TorchOp(torch, f"{name}_backward", _FzDefinition(program, f"{self.name}_grad", self.options),
                        differentiable=False)
 
@@ -392,7 +394,8 @@ class _TracedBackward(_Definition):
         self.params = [OpParam(p.name, p.type) for p in forward.params] + \
             [OpParam(f"grad_{j}", "Tensor") for j in range(forward.n_outputs)]
         self.n_outputs = sum(p.is_tensor for p in forward.params)
-        self._backwards: dict[tuple, JitPipeline] = {}  # (backend, the traced program's text, name) -> backward
+        # (backend, the traced program's text, name) -> (its backward, the traced call signature)
+        self._backwards: dict[tuple, tuple[JitPipeline, CallSignature]] = {}
 
     def scalars_as_declared(self, args: tuple) -> tuple:
         n = len(self.forward.params)
@@ -410,33 +413,29 @@ class _TracedBackward(_Definition):
 
         def run(*args, out=None):
             inputs, seeds = args[:n], args[n:]
-            traced = tracer.compile_for(*inputs)
-            backward = self._backward_of(traced, backend)
-            signature = call_signature(traced.program.pipeline(traced.name))
+            backward, signature = self._backward_of(tracer.compile_for(*inputs), backend)
             wanted = [s for s, o in zip(seeds, signature.outputs) if o.type.is_float]
-            result = backward(*inputs, *wanted)
-            found = iter(result if isinstance(result, tuple) else () if result is None else (result,))
+            found = iter(_op_results(backward(*inputs, *wanted)))
             grads = [next(found) if p.type.is_float else _zeros_like(a)
                      for p, a in zip(signature.params, inputs) if p.is_array]
-            if out is not None:  # the numpy backend: written into the op's outputs (one, or a tuple)
-                for o, g in zip(out if isinstance(out, tuple) else (out,), grads):
+            if out is not None:  # the numpy backend: written into the op's outputs
+                for o, g in zip(_op_results(out), grads):
                     o.copy_(g)
                 return out
             return _as_op_result(grads)
         return run
 
-    def _backward_of(self, traced: JitPipeline, backend: str) -> JitPipeline:
+    def _backward_of(self, traced: JitPipeline, backend: str) -> tuple[JitPipeline, CallSignature]:
+        """The backward of a traced pipeline, and the traced pipeline's call signature."""
         key = (backend, traced.program.source.text, traced.name)
-        backward = self._backwards.get(key)
-        if backward is None:
-            from fusec.errors import Source
-            from fusec.frontend import check_source
-            from fusec.frontend.grad import backward_source
-            text = backward_source(traced.program, traced.name)  # FzError: says what cannot be differentiated
-            program = check_source(Source(f"{traced.program.source.name} (backward)", text))
-            backward = self._backwards[key] = JitPipeline(program, f"{traced.name}_grad",
-                                                          replace(self.options, backend=backend))
-        return backward
+        found = self._backwards.get(key)
+        if found is None:
+            from fusec.frontend.grad import backward_program
+            program = backward_program(traced.program, traced.name)  # FzError: what cannot be differentiated
+            found = self._backwards[key] = (
+                JitPipeline(program, f"{traced.name}_grad", replace(self.options, backend=backend)),
+                call_signature(traced.program.pipeline(traced.name)))
+        return found
 
 
 def _zeros_like(tensor):
