@@ -50,11 +50,24 @@ def driver():
 
 def checked(result):
     """A driver call's values, its CUresult checked (the bindings return (error, *values))."""
+    return _values(result, lambda error: f"CUDA driver error {_text(driver().cuGetErrorName(error)[1], error)}")
+
+
+def nvrtc_checked(result):
+    """An NVRTC call's values, its nvrtcResult checked (named by NVRTC, not the driver)."""
+    from cuda.bindings import nvrtc
+    return _values(result, lambda error: f"NVRTC error {_text(nvrtc.nvrtcGetErrorString(error)[1], error)}")
+
+
+def _values(result, message):
     error, *values = result
     if error:
-        name = driver().cuGetErrorName(error)[1]
-        raise RuntimeError(f"CUDA driver error {name.decode() if isinstance(name, bytes) else error}")
+        raise RuntimeError(message(error))
     return values[0] if len(values) == 1 else values
+
+
+def _text(name, error) -> str:
+    return name.decode() if isinstance(name, bytes) else str(error)
 
 
 def current_device() -> int:
@@ -118,15 +131,6 @@ def include_dirs() -> tuple[str, ...]:
     except ImportError:
         pass
     return tuple(d for d in candidates if os.path.exists(os.path.join(d, "cuda_fp16.h")))[:1]
-
-
-def nvrtc_checked(result):
-    """An NVRTC call's values, its nvrtcResult checked (named by NVRTC, not the driver)."""
-    error, *values = result
-    if error:
-        from cuda.bindings import nvrtc
-        raise RuntimeError(f"NVRTC error {nvrtc.nvrtcGetErrorString(error)[1].decode()}")
-    return values[0] if len(values) == 1 else values
 
 
 def nvrtc_version() -> str:
