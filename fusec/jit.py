@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
 from fusec.frontend import load
@@ -204,13 +205,11 @@ class JitPipeline:
         """An executor on the current device (its module loaded there). A device of
         another architecture than the first one's (a host of mixed GPUs), where no
         arch was given, gets the pipeline compiled for its own."""
-        from fusec.runtime.backends.cuda import CudaBackend, device_arch
+        from fusec.runtime.backends.cuda import CudaBackend
         from fusec.runtime.cuda_graphs import GraphExecutor
         from fusec.runtime.executor import Executor
         executor = GraphExecutor if self.options.graph else Executor
-        arch = self.options.arch or device_arch()
-        compiled = self.compiled if arch == self.arch else \
-            compile_pipeline(self.program, self.name, self.compile_options(arch=arch))
+        arch, compiled = self._for_current_device(lambda: self.compiled)
         backend = CudaBackend(compiled.cuda, compiled.interface, arch=arch)
         # The guard: where ptxas's real registers break the plan, plan again with them.
         checked = guard.replan(compiled, guard.observe(compiled, backend.attributes),
@@ -222,16 +221,30 @@ class JitPipeline:
             backend = CudaBackend(checked.cuda, checked.interface, arch=arch)
         return executor(checked.interface, backend)
 
+    def _for_current_device(self, first: Callable[[], Compiled], **changes) -> tuple[str, Compiled]:
+        """The current device's arch, and the pipeline for it: `first()`, compiled for the
+        first device's arch, or on a device of another architecture (a host of mixed GPUs,
+        no arch given) the pipeline compiled for that one."""
+        from fusec.runtime.backends.cuda import device_arch
+        arch = self.options.arch or device_arch()
+        if arch == self.arch:
+            return arch, first()
+        return arch, compile_pipeline(self.program, self.name, self.compile_options(arch=arch, **changes))
+
+    def _on_device(self, device: int, fn: Callable, *args, **kwargs):
+        """fn(*args, **kwargs) with `device` current (entered only where it is not)."""
+        _, current_device, on_device = self._devices
+        if device == current_device():
+            return fn(*args, **kwargs)
+        with on_device(device):
+            return fn(*args, **kwargs)
+
     def __call__(self, *args, **kwargs):
         if self.backend != "cuda":
             return self._host_runner(*args, **kwargs)
         # Arrays on device k run on device k: the first array's device decides.
-        call_device, current_device, on_device = self._devices
-        device = call_device(args, kwargs)
-        if device == current_device():
-            return self._call_on(device, args, kwargs)
-        with on_device(device):
-            return self._call_on(device, args, kwargs)
+        device = self._devices[0](args, kwargs)
+        return self._on_device(device, self._call_on, device, args, kwargs)
 
     def _call_on(self, device: int, args: tuple, kwargs: dict):
         """The call on `device`, which is current (tuned there first with tune=True)."""
@@ -262,9 +275,9 @@ class JitPipeline:
             winner = next((t.groups for t in timings if t.measured_us is not None), None)
         if winner is not None:
             self.__dict__["_tuned_partition"] = winner
-        if winner is not None and winner != self.compiled.partition.groups:
-            self.__dict__["compiled"] = compile_pipeline(self.program, self.name, self.compile_options())
-            self.__dict__.pop("_runners", None)
+            if winner != self.compiled.partition.groups:
+                self.__dict__["compiled"] = compile_pipeline(self.program, self.name, self.compile_options())
+                self.__dict__.pop("_runners", None)
         self.__dict__["_tuned"] = True
 
     def foreach(self, sets, *scalars, **named_scalars) -> list:
@@ -273,14 +286,10 @@ class JitPipeline:
         the scalars are given once. Returns each set's outputs."""
         if self.backend != "cuda":
             return self._foreach_runners[None].foreach(sets, *scalars, **named_scalars)
-        call_device, current_device, on_device = self._devices
         first = next((s for s in sets if isinstance(s, (tuple, list)) and s), ())
-        device = call_device(tuple(first), {})
+        device = self._devices[0](tuple(first), {})
         runner = self._foreach_runners.get(device) or self._foreach_runner_on(device)
-        if device == current_device():
-            return runner.foreach(sets, *scalars, **named_scalars)
-        with on_device(device):
-            return runner.foreach(sets, *scalars, **named_scalars)
+        return self._on_device(device, runner.foreach, sets, *scalars, **named_scalars)
 
     @functools.cached_property
     def _foreach_compiled(self) -> Compiled:
@@ -313,12 +322,11 @@ class JitPipeline:
         return self._foreach_runners.get(device) or self._foreach_runner_on(device)
 
     def _foreach_runner_on(self, device: int):
-        from fusec.runtime.backends.cuda import CudaBackend, device_arch, on_device
+        from fusec.runtime.backends.cuda import CudaBackend, on_device
         from fusec.runtime.foreach import MultiTensorExecutor
         with on_device(device):
-            arch = self.options.arch or device_arch()  # a device of another architecture: compiled for it
-            compiled = self._foreach_compiled if arch == self.arch else compile_pipeline(
-                self.program, self.name, self.compile_options(multi_tensor=True, partition=None, arch=arch))
+            arch, compiled = self._for_current_device(lambda: self._foreach_compiled, multi_tensor=True,
+                                                      partition=None)
             runner = MultiTensorExecutor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface, arch=arch))
         self._foreach_runners[device] = runner
         return runner
