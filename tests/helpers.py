@@ -129,6 +129,19 @@ def assert_matches(actual, expected):
                                        **tolerance(a.dtype))
 
 
+def assert_runs_like_reference(f, program, name: str, args: list) -> None:
+    """f(*args) equals the NumPy reference run on copies of args: its outputs, and
+    its inout arrays after the call (the stated tolerances)."""
+    expected_args = copy_args(args)
+    expected = reference(program, name, *expected_args)
+    actual = f(*args)
+    if expected is not None:
+        assert_matches(actual, expected)
+    for p, a, e in zip(program.pipeline(name).params, args, expected_args):
+        if p.role == "inout":
+            assert_matches(a, e)
+
+
 # ---- Generated programs (tests/generator.py): the front end's contract and the differential oracle
 
 # What a located error may never show: Python's insides.
