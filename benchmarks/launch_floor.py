@@ -45,8 +45,10 @@ def main():
     runner._launch_all(values, sizes, None, launched)
     index, variant, grid, block, shared, args = launched[0]
     kernel = runner.kernels[index]
-    cupy_args = [a if isinstance(a, cp.ndarray) else pack(a) for pack, a in zip(kernel.packers, args)]
-    plain = [pack(a) for pack, a in zip(kernel.packers, args)]  # addresses and NumPy scalars
+    params = kernel.launch.params
+    # CuPy takes arrays as they are and scalars as NumPy scalars of the C type
+    cupy_args = [a if p.pack is None else p.pack.numpy_dtype.type(a) for p, a in zip(params, args)]
+    plain = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]  # addresses, numbers
     print(f"variant {variant.name}, grid {grid}, block {block}, args {[type(a).__name__ for a in args]}")
     print("| what | host µs per call |\n|---|---|")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from fusec import cache
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Diagnostic, FzError, Loc, Source
+from fusec.ir.program import Program
 from fusec.frontend import check_source
 from fusec.frontend.parser import decode_source, read_source
 from fusec.passes.fusion import FUSE_MODES
@@ -195,26 +196,38 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="the innermost dim of 2-D arrays: a row reduction's row (default: 4096)")
 
 
-def run_bench(args) -> int:
-    _output_file("--json", args.json)
-    _output_file("--plot", args.plot)
-    from fusec.runtime.backends.cuda import available
-    if not available():
-        print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
-              "none was found", file=sys.stderr)
-        return 2
-    from fusec.bench import harness as bench
-    source = read_source(args.file)
+def _bench_program(args, source) -> tuple[Program, list[str]]:
+    """The program `bench` and `tune` time (retyped by --dtype) and the names of its pipelines to time."""
+    from fusec.bench import harness
     program = check_source(source)
     names = [p.name for p in program.pipelines]
     if args.pipeline is not None and args.pipeline not in names:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
                       program.source)
+    if args.dtype:
+        floats = harness.float_types(source.text)
+        if len(floats) > 1:
+            raise UsageError(f"--dtype {args.dtype}: {args.file} has more than one float type "
+                             f"({', '.join(floats)}); --dtype retypes a program of one; leave it out "
+                             f"to time the program as written")
+        program = harness.retype(source.text, args.dtype, Path(args.file).stem)
+    return program, [args.pipeline] if args.pipeline else names
+
+
+def run_bench(args) -> int:
+    _output_file("--json", args.json)
+    _output_file("--plot", args.plot)
+    from fusec.bench import harness as bench
+    source = read_source(args.file)
+    program, names = _bench_program(args, source)
+    from fusec.runtime.backends.cuda import available
+    if not available():
+        print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
+              "none was found", file=sys.stderr)
+        return 2
     rows = []
-    for name in [args.pipeline] if args.pipeline else names:
-        float_type = args.dtype or "as written"
-        if args.dtype:
-            program = bench.retype(source.text, args.dtype, Path(args.file).stem)
+    float_type = args.dtype or "as written"
+    for name in names:
         runner = bench.Bench(program, name, float_type, graph=args.graph, fuse=args.fuse, row_length=args.row_length)
         runner.check(2 ** 16 + 3)
         for size in args.sizes:
@@ -272,6 +285,7 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_tune(args) -> int:
+    program, names = _bench_program(args, read_input(args.file))
     from fusec.runtime.backends.cuda import available
     if not available():
         print("fusec tune: needs a CUDA device and CuPy (pip install 'fusec[cuda12]' or '[cuda13]'); "
@@ -282,15 +296,7 @@ def run_tune(args) -> int:
     from fusec.bench import harness
     from fusec.jit import JitOptions, JitPipeline
     from fusec.runtime import tuning
-    source = read_input(args.file)
-    program = check_source(source)
-    names = [p.name for p in program.pipelines]
-    if args.pipeline is not None and args.pipeline not in names:
-        raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
-                      program.source)
-    if args.dtype:
-        program = harness.retype(source.text, args.dtype, Path(args.file).stem)
-    for name in [args.pipeline] if args.pipeline else names:
+    for name in names:
         f = JitPipeline(program, name, JitOptions(backend="cuda", tune=True, fast_math=args.fast_math))
         pipeline = program.pipeline(name)
         f(*harness.make_args(cp, pipeline, harness.dims_for(pipeline, args.size), seed=5))

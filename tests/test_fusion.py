@@ -141,6 +141,14 @@ def test_bench_without_a_gpu_says_so(run_cli, monkeypatch):
     assert code == 2 and "expected a size" in err
 
 
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_dtype_of_a_program_of_two_float_types_is_a_usage_error_before_the_device(run_cli, command):
+    # examples/add_rmsnorm.fz reads bf16 and accumulates in f32: one type cannot replace both
+    code, _, err = run_cli(command, str(ROOT / "examples/add_rmsnorm.fz"), "--dtype", "f32")
+    assert code == 2 and "Traceback" not in err and "internal error" not in err
+    assert f"fusec {command}: --dtype f32:" in err and "(bf16, f32)" in err and "leave it out" in err
+
+
 def test_bench_retypes_a_program():
     from fusec.bench.harness import dims_for, retype
     program = retype((ROOT / "examples/bias_gelu.fz").read_text(), "bf16", "bias_gelu")

@@ -47,10 +47,19 @@ class Row:
     note: str = ""
 
 
+def _code(program_text: str) -> str:
+    return "\n".join(line for line in program_text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def float_types(program_text: str) -> list[str]:
+    """The float types a program's text names (comments aside)."""
+    code = _code(program_text)
+    return sorted({t for t in FLOATS if re.search(rf"\b{t}\b", code)})
+
+
 def retype(program_text: str, float_type: str, name: str) -> Program:
     """The program with its one float type replaced (comments dropped)."""
-    code = "\n".join(line for line in program_text.splitlines() if not line.lstrip().startswith("#"))
-    found = sorted({t for t in FLOATS if re.search(rf"\b{t}\b", code)})
+    code, found = _code(program_text), float_types(program_text)
     if len(found) > 1:
         raise ValueError(f"--dtype needs a program with one float type; this one has {', '.join(found)}")
     if found:
