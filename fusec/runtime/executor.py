@@ -64,9 +64,6 @@ class Backend(Protocol):
     def pointer(self, array) -> int:
         """The address of an array's first element."""
 
-    def address(self, pointer: int) -> object:
-        """A launch argument for an array given by its address alone."""
-
     def signature(self, value) -> tuple | None:
         """A cheap key for an array argument, before any check: equal keys mean
         the same memory, shape, strides and dtype (None: no cheap key)."""
@@ -129,13 +126,14 @@ class Executor:
         self._sizes: dict[tuple, _Sizes] = {}
         self._is_array = [p.is_array for p in self.params]
         self._count_positions = set(signature.counts)
+        self._plain_key = self._generate_key()
         self._calls: dict[tuple, _RecordedCall] = {}
         self._seen: set[tuple] = set()  # keys of calls seen once (`_call_key`, `_out_key`)
 
     def __call__(self, *args, **kwargs):
         out = None
         if not kwargs:
-            key = self._call_key(args)
+            key = self._plain_key(args)
         elif len(kwargs) == 1 and "out" in kwargs:  # the outputs given: part of the key (None: not given)
             out = kwargs["out"]
             key = self._call_key(args) if out is None else self._out_key(args, out)
@@ -172,6 +170,8 @@ class Executor:
         each scalar with its type (1, 1.0 and True are different arguments)
         where it matters: all of them with `scalars` (a graph holds their
         values), else the repeat counts (a count fixes the launch sequence)."""
+        if not scalars:
+            return self._plain_key(args)
         if len(args) != len(self._is_array):
             return None
         signature = self.backend.signature
@@ -185,6 +185,24 @@ class Executor:
             elif scalars or position in self._count_positions:
                 key += (type(value), value)
         return tuple(key)
+
+    def _generate_key(self) -> Callable[[tuple], tuple | None]:
+        """`_call_key(args)` as straight-line code for this parameter list (it is on
+        every replayed call's path)."""
+        n = len(self._is_array)
+        lines = ["def key(args):", f"    if len(args) != {n}:", "        return None"]
+        parts = []
+        for position, is_array in enumerate(self._is_array):
+            if is_array:
+                lines += [f"    a{position} = signature(args[{position}])", f"    if a{position} is None:",
+                          "        return None"]
+                parts.append(f"a{position}")
+            elif position in self._count_positions:
+                parts += [f"type(args[{position}])", f"args[{position}]"]
+        lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
+        names = {"signature": self.backend.signature}
+        exec(compile("\n".join(lines) + "\n", "<fusec call key>", "exec"), names)
+        return names["key"]
 
     def _out_key(self, args: tuple, out) -> tuple | None:
         """A call with out= as a key: the arguments' and each given output's signature."""
@@ -392,7 +410,7 @@ class _RecordedCall:
                 if isinstance(source, ArrayArg) and source.slot >= first:  # an output or temporary: new each call
                     arguments.append(f"n{source.slot - first}")
                 elif isinstance(source, ArrayArg):
-                    arguments.append(constant(backend.address(backend.pointer(value))))
+                    arguments.append(constant(backend.pointer(value)))
                 elif isinstance(source, ScalarArg):
                     scalar = f"s{scalar_params.index(source.slot)}"
                     arguments.append(scalar if pack is None else f"{constant(pack)}({scalar})")
@@ -405,14 +423,13 @@ class _RecordedCall:
         by_address = not kind.native or backend.by_address
         self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
                                           by_address, [(position, checkers[position]) for position in scalar_params],
-                                          launches, kind, backend.address)
+                                          launches, kind)
 
 
 def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
-              by_address: bool, scalars: list, launches: list, kind: ArrayKind, address) -> tuple[Callable, str]:
+              by_address: bool, scalars: list, launches: list, kind: ArrayKind) -> tuple[Callable, str]:
     """One recorded call's run(args, out=None), compiled, and its source."""
-    names.update(empty=kind.empty, pointer=kind.pointer, address=address, get_stream=kind.stream,
-                 MISALIGNED=_RecordedCall.MISALIGNED)
+    names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=_RecordedCall.MISALIGNED)
     lines = ["def run(args, out=None):"]
     if given_outputs and n_outputs:
         targets = "".join(f"v{k}, " for k in range(n_outputs))
@@ -420,12 +437,14 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     for k, (shape, dtype) in allocations:
         names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
         lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
-    for k, size in alignment:
-        if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
-            lines.append(f"    if pointer(v{k}) % {size}:\n        return MISALIGNED")
     n_temps = sum(1 for k, _ in allocations if k >= n_outputs)
     for k in range(n_outputs + n_temps):
-        lines.append(f"    n{k} = address(pointer(v{k}))" if by_address else f"    n{k} = v{k}")
+        lines.append(f"    p{k} = pointer(v{k})")
+    for k, size in alignment:
+        if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
+            lines.append(f"    if p{k} % {size}:\n        return MISALIGNED")
+    for k in range(n_outputs + n_temps):
+        lines.append(f"    n{k} = p{k}" if by_address else f"    n{k} = v{k}")
     for j, (position, check) in enumerate(scalars):
         names[f"check{j}"] = check
         lines.append(f"    s{j} = check{j}(args[{position}])")

@@ -264,9 +264,6 @@ class CudaBackend:
     def pointer(self, array) -> int:
         return array.data.ptr
 
-    def address(self, pointer: int):
-        return pointer
-
     def signature(self, value) -> tuple | None:
         if type(value) is self.cp.ndarray:  # the common case, inline (a graph replay's key)
             return value.data.ptr, value.shape, value.strides, value.dtype

@@ -105,9 +105,6 @@ class SimBackend:
     def pointer(self, array: np.ndarray) -> int:
         return array.__array_interface__["data"][0]
 
-    def address(self, pointer: int) -> int:
-        return pointer
-
     def signature(self, value) -> tuple | None:
         if type(value) is not np.ndarray:
             return None
