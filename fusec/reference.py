@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from fusec.ir.launch import call_signature
-from fusec.ir.program import Apply, Body, Pipeline, Program, Repeat
+from fusec.ir.program import COLUMN_CHUNKS, COLUMN_OPS, Apply, Body, Pipeline, Program, Repeat
 from fusec.runtime.binder import Binder, allocate, concrete
 from fusec.runtime.host_arrays import HostArrays
 from fusec.types import INT_RANGE, ScalarType
@@ -242,7 +242,10 @@ class Interpreter:
             return value.astype(compute_dtype(pipeline.slot(name).type)) if value.ndim else value
         results = self.eval_body(stmt.body, load, [])
         shape = concrete(stmt.shape, dims)
-        if stmt.reduce:
+        if stmt.reduce in COLUMN_OPS:
+            results = [reduce_columns(stmt.reduce, np.broadcast_to(results[0], shape))]
+            shape = results[0].shape
+        elif stmt.reduce:
             index = np.broadcast_to(results[1], shape[:-1] + (1,)) if stmt.reduce == "pick" else None
             results = [reduce_rows(stmt.reduce, np.broadcast_to(results[0], shape), index)]
             shape = shape[:-1] + (1,)
@@ -274,6 +277,24 @@ class Interpreter:
             else:
                 vals.append(np.asarray(apply_op(ins.op, ins.type, operands)))
         return [vals[i] for i in body.results]
+
+
+def reduce_columns(op: str, x: np.ndarray) -> np.ndarray:
+    """A column reduction of `x` (f32 or f64) over its first axis, in the order
+    ir.program.COLUMN_CHUNKS fixes: "col_partial" the sums of COLUMN_CHUNKS runs of
+    consecutive rows, each added up in order from 0; "col_sum" all rows added up in
+    order (over such chunks: the chunks' sums in order). Each addition rounds once,
+    as each of a GPU thread's does."""
+    rows = x.shape[0]
+    chunks = COLUMN_CHUNKS if op == "col_partial" else 1
+    per = -(-rows // chunks)
+    out = np.zeros((chunks,) + x.shape[1:], x.dtype)
+    with np.errstate(all="ignore"):
+        for step in range(per):  # the step-th row of every chunk at once
+            first = np.arange(chunks) * per + step
+            inside = first < rows
+            out[inside] = out[inside] + x[first[inside]]
+    return out if op == "col_partial" else out[0]
 
 
 def reduce_rows(op: str, x: np.ndarray, index: np.ndarray | None = None) -> np.ndarray:

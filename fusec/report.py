@@ -7,6 +7,8 @@ exactly the variants the module emits, each with its own register estimate
 from __future__ import annotations
 
 from fusec.ir.launch import (
+    ColumnGrid,
+    ColumnReduce,
     DeviceFillGrid,
     ElementGrid,
     Elementwise,
@@ -35,6 +37,8 @@ def form_name(launch: KernelLaunch) -> str:
             return "multi_tensor"
         case RowBlock():
             return "rows"
+        case ColumnReduce(chunks):
+            return "columns" if chunks == 1 else f"column_partials ({chunks} runs of rows)"
         case form:
             unhandled(form)
 
@@ -49,6 +53,8 @@ def _grid_name(grid) -> str:
             return "work_items"
         case RowGrid():
             return "rows"
+        case ColumnGrid(chunks):
+            return "columns" if chunks == 1 else f"columns x {chunks}"
         case _:
             unhandled(grid)
 

@@ -36,6 +36,7 @@ from fusec.errors import Source
 from fusec.frontend import check_source
 from fusec.ir.kernels import Kernel
 from fusec.ir.launch import (
+    ColumnReduce,
     Elementwise,
     GridStride,
     KernelLaunch,
@@ -353,7 +354,7 @@ def _with_widths(launch: KernelLaunch, widths: tuple[int, ...]) -> KernelLaunch:
 
 
 FORM_NAMES = {Elementwise: "vector", GridStride: "grid-stride", RegisterLoop: "loop", MultiTensor: "multi-tensor",
-              RowBlock: "row"}
+              RowBlock: "row", ColumnReduce: "column"}
 
 
 def functions(family: str, launch: KernelLaunch) -> list[Function]:
@@ -375,15 +376,14 @@ class Usage:
 
 
 def batch_source(modules: list[str]) -> str:
-    """Several modules as one translation unit: the includes once at the top, each
-    module's body in its own namespace (its prelude helpers may repeat another's);
-    the kernels are extern "C" and named apart, so they do not collide."""
+    """Several modules as one translation unit, as `fusec compile` writes a file of
+    several pipelines: the includes once at the top, then each module's body (its
+    prelude helpers are guarded; the kernels are extern "C" and named apart)."""
     includes, bodies = set(), []
-    for n, cuda in enumerate(modules):
+    for cuda in modules:
         lines = cuda.splitlines()
         includes.update(line for line in lines if line.startswith("#include"))
-        body = "\n".join(line for line in lines if not line.startswith("#include"))
-        bodies.append(f"namespace fz_module{n} {{\n{body}\n}}\n")
+        bodies.append("\n".join(line for line in lines if not line.startswith("#include")))
     return "\n".join(sorted(includes)) + "\n" + "\n".join(bodies)
 
 

@@ -46,7 +46,8 @@ def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positiv
     return op
 
 
-DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "softmax", "log_softmax", "bf16_swiglu"]
+DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "softmax", "log_softmax", "bf16_swiglu",
+                  "layernorm", "rmsnorm", "add_rmsnorm"]
 
 
 @pytest.mark.parametrize("example", DIFFERENTIABLE)
@@ -79,6 +80,27 @@ def test_reductions_and_a_per_row_input():
     gradcheck(text, "p", {"r": 3, "c": 6})
 
 
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_parameters_broadcast_over_leading_dims_get_column_sums(backend):
+    # A per-column bias, a weight over the last dim of a 3-D array, a [1, c] row and a
+    # per-row scale: their gradients are sums over the rows (col_sum), nested for two
+    # leading dims, and over the row (row_sum).
+    text = ("pipeline p(x: f64[a, b, c], w: f64[c], u: f64[1, c], v: f64[b, 1], bias: f64[b, c])\n"
+            "    -> (y: f64[a, b, c], z: f64[b, c]) {\n"
+            "    h = x * w + bias;\n"
+            "    y = 0.5 * h * (1.0 + tanh(0.79788456 * (h + 0.044715 * h * h * h))) * v;\n"
+            "    z = bias * u + col_sum(x * x);\n}")
+    grad = backward_source(check_source(Source("t.fz", text)), "p")
+    assert "col_sum(col_sum(" in grad  # w: summed over a, then b
+    gradcheck(text, "p", {"a": 5, "b": 3, "c": 4}, backend=backend)
+
+
+def test_a_column_sum_in_the_forward_and_a_loss_total():
+    text = f64((ROOT / "tests/programs/columns.fz").read_text())
+    for pipeline in ("bias_relu_grads", "column_f64", "batch_total"):
+        gradcheck(text, pipeline, {"rows": 130, "cols": 3, "r": 7, "k": 2})
+
+
 def test_the_backward_runs_on_the_sim_and_trains_like_torch():
     op = fusec.torch_op(str(ROOT / "examples/softmax.fz"), name=f"grad_test::softmax{next(_names)}",
                         pipeline="softmax")
@@ -101,7 +123,8 @@ def test_the_derived_pipeline_reads_as_fz():
 @pytest.mark.parametrize("text,fragment", [
     ("pipeline p(inout x: f32[n]) { x = x * 2.0; }", "'x' is updated in place (inout)"),
     ("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; repeat 2 { y = y * x; } }", "differentiating a 'repeat'"),
-    ("pipeline p(x: f32[r, c], b: f32[c]) -> (y: f32[r, c]) { y = x + b; }", "the gradient of 'b' ([c], read over"),
+    ("pipeline p(x: f32[a, b, c], m: f32[a, 1, c]) -> (y: f32[a, b, c]) { y = x * m; }",
+     "the gradient of 'm' ([a, 1, c], read over [a, b, c])"),
     ("pipeline p(x: f32[r, c], j: i64[r, 1]) -> (y: f32[r, 1]) { y = row_pick(x, j); }", "row_pick() is not "
                                                                                           "differentiable yet"),
     ("pipeline p(x: i32[n]) -> (y: i32[n]) { y = x * 2; }", "no float array parameter"),

@@ -9,7 +9,7 @@ from helpers import ROOT, pipelines
 
 import fusec
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.ir.launch import Elementwise, GridStride, MultiTensor, RegisterLoop, RowBlock
+from fusec.ir.launch import ColumnReduce, Elementwise, GridStride, MultiTensor, RegisterLoop, RowBlock
 from fusec.passes.plan import PlanError
 from fusec.report import report
 
@@ -43,8 +43,9 @@ def test_report_lists_exactly_the_emitted_variants_each_with_its_estimate(ident,
             assert comment and int(comment.group(1)) == v["est_regs"], v["name"]
         expected_form = {"fused": (Elementwise, RegisterLoop), "unfused": (Elementwise,),
                          "persistent": (GridStride, RegisterLoop), "multi_tensor": (MultiTensor,)}[form]
-        # A row kernel is one in every form: a block per row (whatever --persistent says).
-        assert isinstance(launch.form, RowBlock if launch.kernel.rows else expected_form)
+        # A row kernel is one in every form: a block per row (whatever --persistent says); so is a column kernel.
+        assert isinstance(launch.form, RowBlock if launch.kernel.rows else ColumnReduce if launch.kernel.columns
+                          else expected_form)
         if not isinstance(launch.form, MultiTensor):  # its work items meet the alignment set by set
             # The last variant needs nothing of the arrays, so one always runs.
             assert launch.variants[-1].alignment == () and not launch.variants[-1].whole_rows

@@ -8,6 +8,7 @@ bf16 computed in f32 and rounded at each stage's store.
 """
 from __future__ import annotations
 
+from fusec.ir.program import COLUMN_CHUNKS, COLUMN_OPS
 from fusec.ir.stages import StageGraph
 from fusec.types import ScalarType
 
@@ -90,8 +91,12 @@ class XpOps:
         target[...] = value
 
     def reduce(self, op: str, x, index=None):
-        """A row reduction over the last axis, kept as a length-1 axis (the reference's meaning)."""
+        """A row reduction over the last axis, kept as a length-1 axis (the reference's
+        meaning), or a column reduction over the first (`column_sums`)."""
         xp = self.xp
+        if op in COLUMN_OPS:
+            return column_sums(op, x, lambda rows: xp.zeros((rows,) + x.shape[1:], x.dtype),
+                               lambda parts: xp.concatenate(parts))
         if op == "logsumexp":
             m = x.max(-1, keepdims=True)
             finite = xp.isfinite(m)
@@ -101,6 +106,18 @@ class XpOps:
             picked = xp.take_along_axis(x, xp.where(inside, index, 0).astype(xp.int64), axis=-1)
             return xp.where(inside, picked, 0)
         return getattr(x, op)(-1, keepdims=True)  # sum, mean, max, min, var (population)
+
+
+def column_sums(op: str, x, zeros, concatenate):
+    """A column reduction as an array library sums it: "col_sum" the sum over the
+    first axis; "col_partial" the sums of the COLUMN_CHUNKS runs of rows the
+    reference's order fixes (the rows padded with zeros to whole runs)."""
+    if op == "col_sum":
+        return x.sum(0)
+    rows = x.shape[0]
+    per = -(-rows // COLUMN_CHUNKS)
+    padded = concatenate([x, zeros(COLUMN_CHUNKS * per - rows)])
+    return padded.reshape((COLUMN_CHUNKS, per) + tuple(x.shape[1:])).sum(1)
 
 
 class TorchOps:
@@ -152,8 +169,10 @@ class TorchOps:
         target.copy_(value)
 
     def reduce(self, op: str, x, index=None):
-        """A row reduction as PyTorch users write it."""
+        """A row reduction as PyTorch users write it (a column reduction: `column_sums`)."""
         torch = self.torch
+        if op in COLUMN_OPS:
+            return column_sums(op, x, lambda rows: x.new_zeros((rows,) + tuple(x.shape[1:])), torch.cat)
         if op == "pick":
             inside = (index >= 0) & (index < x.shape[-1])
             picked = torch.gather(x, -1, torch.where(inside, index, 0).to(torch.int64).expand(*x.shape[:-1], 1))

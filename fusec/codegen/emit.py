@@ -19,6 +19,7 @@ from fusec.ir.kernels import ROW_REDUCTIONS, Access, row_schedule
 from fusec.ir.launch import (
     WORK_ITEM,
     ArrayArg,
+    ColumnReduce,
     ConstArg,
     CountArg,
     Elementwise,
@@ -130,6 +131,8 @@ class _KernelEmitter:
                 return {"kind": "multi_tensor", **common, **self._multi_tensor_variant(variant.elements_per_thread)}
             case RowBlock():
                 return {"kind": "rows", **common, **self._row_variant(variant)}
+            case ColumnReduce(chunks):
+                return {"kind": "columns", **common, **self._column_variant(chunks)}
             case form:
                 unhandled(form)
 
@@ -332,6 +335,33 @@ class _KernelEmitter:
         return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches),
                 "partials": [(t, name) for t, name in partials.items()], "passes": passes, "final": final,
                 "row_stores": row_stores}
+
+    def _column_variant(self, chunks: int) -> dict:
+        """A thread per column and run of rows (ColumnReduce): the body at each
+        of the run's elements in order, added up from 0, its sum stored at
+        [chunk, column]. The element's index i is the row times the columns plus
+        the column; broadcast operands read through the coordinates of i."""
+        k, namer = self.k, self._local_namer()
+        body = k.body.instrs
+        total = len(body) - 1  # build_kernel puts the sum last
+        self.helpers.add("columns")
+        rows = self.extents[0]
+        cols, blocks, chunk, col, per, first, row, end = (
+            namer.fresh(n) for n in ("cols", "blocks", "chunk", "col", "per", "first", "row", "end"))
+        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}
+        refs = Refs()
+        inner = namer.copy()  # the loop's scope
+        lines = [self._instruction(idx, loads, inner, refs) for idx in range(total)]
+        t = body[total].type.compute.c
+        acc = namer.fresh("acc")
+        (store, _), = k.stores
+        where = f"{chunk} * {cols} + {col}" if chunks > 1 else col
+        return {"rows": rows, "cols": cols, "chunks": chunks,
+                "extent_product": " * ".join(self.extents[j] for j in range(1, len(k.extents))) or "1",
+                "blocks": blocks, "chunk": chunk, "col": col, "per": per, "first": first, "row": row, "end": end,
+                "acc": acc, "acc_type": t, "lines": [line for line in lines if line],
+                "step": f"{acc} = fz_add_rn({acc}, {refs[body[total].args[0]]});",
+                "store": f"{self.buffers[store.buffer]}[{where}] = {store_expr(store.type, acc)};"}
 
     def _row_coordinates(self, row: str, namer: Namer) -> tuple[list[str], dict[int, str]]:
         """The row's coordinates over the leading collapsed dims, outermost first,

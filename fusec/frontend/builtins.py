@@ -48,6 +48,11 @@ ROW_REDUCTIONS: dict[str, tuple[str, int]] = {
     "row_var": ("var", 1), "row_logsumexp": ("logsumexp", 1), "row_pick": ("pick", 2),
 }
 
+# Column reductions over the first axis (pipelines only): the result has the
+# operand's shape without its first dim, in the accumulation type. Summed in the
+# fixed order of ir.program.COLUMN_CHUNKS.
+COLUMN_REDUCTIONS = ("col_sum",)
+
 # Weak float constants (pi and e to more digits than f64 holds, so that a literal
 # of any type rounds them once: see literals), and the two bools.
 FLOAT_CONSTANTS = {
@@ -90,7 +95,8 @@ def unknown_function(name: str, known: list[str]) -> str:
                 f"{ROW_ALIASES[name]}(x), with shape [..., 1]")
     if name in REDUCTIONS:
         return (f"'{name}' is a reduction .fz does not have: the row reductions over the last axis are "
-                f"{', '.join(ROW_REDUCTIONS)}; compute it outside fusec and pass it in")
+                f"{', '.join(ROW_REDUCTIONS)}, and col_sum sums over the first; compute it outside fusec "
+                "and pass it in")
     if name in RANDOM:
         return (f"'{name}': .fz has no random number generation; draw the random values outside fusec "
                 "(e.g. cupy.random) and pass them in as an array")
@@ -99,7 +105,7 @@ def unknown_function(name: str, known: list[str]) -> str:
                 "`where(c, a, b)`, and repeat statements with `repeat N { ... }` in a pipeline")
     if ALIASES.get(name):
         return f"unknown function '{name}'; write {_quote(ALIASES[name])}"
-    close = closest(name, sorted(BUILTINS) + sorted(ROW_REDUCTIONS) + known)
+    close = closest(name, sorted(BUILTINS) + sorted(ROW_REDUCTIONS) + list(COLUMN_REDUCTIONS) + known)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown function '{name}'{hint}"
 

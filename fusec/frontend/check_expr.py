@@ -19,6 +19,7 @@ from fusec.frontend.builtins import (
     ARITH_OPS,
     BOOL_CONSTANTS,
     BUILTINS,
+    COLUMN_REDUCTIONS,
     COMPARE_OPS,
     FLOAT_CONSTANTS,
     LOGIC_OPS,
@@ -295,9 +296,10 @@ class ExprChecker:
             if len(node.args) != 1:
                 return self.error(node.loc, f"cast {node.func}(...) takes 1 argument, got {len(node.args)}")
             return self.cast(self.check(node.args[0]), BY_NAME[node.func], node.loc)
-        if node.func in ROW_REDUCTIONS:
+        if node.func in ROW_REDUCTIONS or node.func in COLUMN_REDUCTIONS:
             if self.reduce is None:
-                return self.error(node.loc, f"{node.func}() reduces the rows of an array: it belongs in a pipeline "
+                what = "the rows" if node.func in ROW_REDUCTIONS else "over the first axis"
+                return self.error(node.loc, f"{node.func}() reduces {what} of an array: it belongs in a pipeline "
                                             "statement; a stage computes one element")
             return self.reduce(node)
         builtin = BUILTINS.get(node.func)

@@ -12,7 +12,7 @@ from typing import Callable
 
 from fusec.errors import Diagnostics, Loc
 from fusec.frontend import syntax
-from fusec.frontend.builtins import ROW_REDUCTIONS
+from fusec.frontend.builtins import COLUMN_REDUCTIONS, ROW_REDUCTIONS
 from fusec.frontend.check_expr import (
     POISON,
     ExprChecker,
@@ -24,6 +24,8 @@ from fusec.frontend.check_expr import (
     resolve_type,
 )
 from fusec.ir.program import (
+    COLUMN_CHUNKS,
+    COLUMN_OPS,
     Apply,
     BodyBuilder,
     Dim,
@@ -282,6 +284,8 @@ class PipelineChecker:
     def _reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
         """A row reduction in an expression: its own statement (run before the one
         it is in) into a hidden temporary of shape [..., 1], loaded where it stands."""
+        if call.func in COLUMN_REDUCTIONS:
+            return self._column_reduction(call, load_result)
         op, arity = ROW_REDUCTIONS[call.func]
         if len(call.args) != arity:
             self.diags.error(call.loc, f"{call.func}() takes {arity} argument{'s' if arity > 1 else ''}, "
@@ -329,6 +333,51 @@ class PipelineChecker:
         self.pending.append(Apply((name,), b.build(results), space, None, loc=call.loc, reduce=op))
         return load_result(slot, call.loc)
 
+    def _column_reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
+        """`col_sum(x)`: two statements run before the one it is in, the sums of
+        COLUMN_CHUNKS runs of rows into a hidden temporary, then their sum into
+        another of x's shape without its first dim, loaded where it stands."""
+        what = f"{call.func}()"
+        if len(call.args) != 1:
+            self.diags.error(call.loc, f"{what} takes 1 argument, got {len(call.args)}")
+            return POISON
+        if self.loops:
+            self.diags.error(call.loc, f"{what} inside 'repeat' is not supported yet; reduce before "
+                                       "the loop, or run this pipeline with backend='numpy'")
+            return POISON
+        b, loaded, exprs, _ = self._scope()
+        before = len(self.diags.items)
+        value = exprs.check(call.args[0])
+        arrays = [s.shape for s in loaded if s.is_array]
+        if len(self.diags.items) > before:
+            return POISON
+        if isinstance(value, Strong) and value.type is None:
+            return POISON  # a name whose statement failed: already reported
+        if isinstance(value, Weak) or not arrays:
+            return exprs.error(call.loc, f"{what} sums an array over its first axis; its argument is a scalar")
+        if not value.type.is_float:
+            return exprs.error(call.loc, f"{what} needs floats, got {value.type}; convert with f32(...)")
+        space = self.dims.broadcast(arrays, call.loc)
+        if space is None:
+            return POISON
+        if len(space) < 2:
+            return exprs.error(call.loc, f"{what} sums over the first axis of an array of two or more dims, "
+                                         f"leaving the others; its argument is {fmt_shape(space)}")
+        acc = F64 if value.type == F64 else F32
+        results = [exprs.convert(value, acc, call.loc, what).id]
+        if len(self.diags.items) > before:
+            return POISON
+        number = sum(1 for s in self.slots if '#' in s.name)  # '#': no user can name it
+        partial = Slot(f"col_partial#{number}", acc, (COLUMN_CHUNKS,) + space[1:], "temp", loc=call.loc)
+        total = Slot(f"{call.func}#{number + 1}", acc, space[1:], "temp", loc=call.loc)
+        self.slots += [partial, total]
+        self.pending.append(Apply((partial.name,), b.build(results), space, None, loc=call.loc, reduce="col_partial"))
+        finish, _, _, load = self._scope()
+        chunks = load(partial, call.loc)
+        self.pending.append(Apply((total.name,), finish.build([chunks.id]), partial.shape, None, loc=call.loc,
+                                  reduce="col_sum"))
+        return load_result(total, call.loc)
+
     def _apply(self, stmt: syntax.Assign) -> Apply | None:
         b, loaded, exprs, _ = self._scope()
         before = len(self.diags.items)
@@ -345,7 +394,17 @@ class PipelineChecker:
         if len(self.diags.items) > before:
             return None
         callee = stmt.value.func if isinstance(stmt.value, syntax.Call) and stmt.value.func in self.stages else None
+        # (A poisoned operand leaves no pending reduction: nothing to retarget.)
+        made = self.pending[-1].reduce if self.pending else None
+        if isinstance(stmt.value, syntax.Call) and stmt.value.func in COLUMN_REDUCTIONS and made == "col_sum" \
+                and self._canonical_shape(shape) == self._canonical_shape(self.pending[-1].shape[1:]):
+            # `g = col_sum(x);`: the chunks' sum stores into g itself (converted to its type), no copy.
+            reduction = self.pending.pop()
+            self.slots = [s for s in self.slots if s.name != reduction.targets[0]]
+            return Apply((targets[0].name,), reduction.body, reduction.shape, None, loc=stmt.loc,
+                         reduce=reduction.reduce)
         if isinstance(stmt.value, syntax.Call) and stmt.value.func in ROW_REDUCTIONS \
+                and made is not None and made not in COLUMN_OPS \
                 and self._canonical_shape(shape) == self._canonical_shape(self.pending[-1].shape[:-1] + (1,)):
             # `m = row_max(x);`: the reduction stores into m itself (converted to its type), no copy.
             reduction = self.pending.pop()

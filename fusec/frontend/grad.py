@@ -13,9 +13,9 @@ expression, with PyTorch's derivatives: zero through floor, ceil, round,
 trunc, comparisons, integer casts and the unselected side of `where`; `min`,
 `max` and `clamp` pass the gradient to the operand they return. A value read
 through a broadcast of its last dim (`[*rows, 1]` read over `[*rows, n]`)
-gets its adjoint summed over the row. Not yet: `repeat`, `inout` parameters,
-`row_pick`, and a value broadcast over leading dims (a per-column bias), whose
-gradient is a reduction over those dims: each a located error.
+gets its adjoint summed over the row (`row_sum`); one read over leading dims
+(a per-column bias) summed over them (`col_sum`). Not yet: `repeat`, `inout`
+parameters, `row_pick`, and a broadcast along a middle dim: each a located error.
 """
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ class _Backward:
             taken.add(ident)
             self.names[value.name] = ident
         self.taken = taken
+        self.column_operands: dict[str, str] = {}  # a column sum's chunks -> the text of what they sum
 
     def error(self, loc: Loc, message: str):
         raise FzError(Diagnostic(loc, message), self.program.source)
@@ -128,6 +129,12 @@ class _Backward:
         """The forward statement, over SSA names."""
         body = stage.body
         text = _Printer(self, stage)
+        if stage.reduce == "col_partial":  # written with the col_sum over its chunks, which follows
+            self.column_operands[stage.outputs[0]] = text(body.results[0])
+            return []
+        if stage.reduce == "col_sum":
+            (partial,) = stage.reads()
+            return [f"{self.names[stage.outputs[0]]} = col_sum({self.column_operands[partial]});"]
         if stage.reduce:
             operands = ", ".join(text(r) for r in body.results)
             return [f"{self.names[stage.outputs[0]]} = row_{stage.reduce}({operands});"]
@@ -174,19 +181,28 @@ class _Backward:
             return  # scalars and integers have no gradient here
         # Dims the call must give equal sizes (a traced function's x_0 and y_0) are one dim here.
         space, shape = tuple(map(self.same_dim, stage.shape)), tuple(map(self.same_dim, v.shape))
-        if shape == space:
-            contributions.setdefault(value, []).append(a)
-        elif len(shape) == len(space) and shape[:-1] == space[:-1] and shape[-1] == 1:
-            contributions.setdefault(value, []).append(f"row_sum({a})")
-        else:
-            self.error(loc, f"the gradient of '{v.buffer}' ({fmt_shape(shape)}, read over {fmt_shape(space)}) is "
-                            "a sum over the dims it is broadcast along, which fusec cannot reduce yet (only a "
-                            "row's last dim)")
+        # Summed over the dims it is broadcast along: the leading dims it lacks and its first
+        # dim where that is 1 by col_sum, its last dim where that is 1 by row_sum.
+        lead = len(space) - len(shape)
+        space = space[lead:]
+        ones = {j for j, (d, e) in enumerate(zip(shape, space)) if d == 1 and e != 1}
+        if any(d != e for j, (d, e) in enumerate(zip(shape, space)) if j not in ones) \
+                or not ones <= {0, len(shape) - 1}:
+            self.error(loc, f"the gradient of '{v.buffer}' ({fmt_shape(shape)}, read over {fmt_shape(stage.shape)}) "
+                            "is a sum over the dims it is broadcast along, which fusec cannot reduce yet (only "
+                            "leading dims, and a first or last dim of 1)")
+        for _ in range(lead):
+            a = f"col_sum({a})"
+        if len(shape) - 1 in ones:
+            a = f"row_sum({a})"
+        if 0 in ones and len(shape) > 1:
+            a = f"col_sum({a})"
+        contributions.setdefault(value, []).append(a)
 
     def reduction_adjoint(self, stage: Stage, d: str, x: str) -> str:
         op, result = stage.reduce, self.names[stage.outputs[0]]
         length = f"row_sum(where(isnan({x}), 1.0, 1.0))"
-        if op == "sum":
+        if op in ("sum", "col_sum", "col_partial"):  # each element's adjoint is the sum's (broadcast back)
             return d
         if op == "mean":
             return f"{d} / {length}"

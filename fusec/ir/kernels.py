@@ -118,6 +118,9 @@ class Kernel:
     # A row kernel (ir.launch.RowBlock): one block per row; the last collapsed
     # extent is the row, and the body may hold row reductions (build_kernel.ROW_OPS).
     rows: bool = False
+    # A column kernel (ir.launch.ColumnReduce): one column reduction whose body's last
+    # instruction is its sum (ir.program.COLUMN_OPS) over the first collapsed extent.
+    columns: bool = False
 
     @property
     def accesses(self) -> tuple[Access, ...]:

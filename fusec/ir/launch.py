@@ -67,7 +67,20 @@ class RowBlock:
     row's elements in a last pass, and its per-row values from one thread."""
 
 
-Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor, RowBlock]
+@dataclass(frozen=True, slots=True)
+class ColumnReduce:
+    """A column kernel: each thread takes one column (a coordinate of the
+    extents after the first) and one of `chunks` runs of ceil(rows / chunks)
+    consecutive rows, computes the body at each of its elements in order and
+    adds them up from 0; it stores its sum at [chunk, column] (with one chunk,
+    at [column]). A warp's threads read adjacent columns: every access is
+    coalesced. The order is ir.program.COLUMN_CHUNKS's, so the reference gives
+    the same sums."""
+
+    chunks: int
+
+
+Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor, RowBlock, ColumnReduce]
 
 
 def unhandled(what: object) -> NoReturn:
@@ -98,7 +111,15 @@ class RowGrid:
     """One block per row: the product of the collapsed extents but the last."""
 
 
-Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid, RowGrid]
+@dataclass(frozen=True, slots=True)
+class ColumnGrid:
+    """ceil(columns / block) blocks for each of `chunks` runs of rows (columns: the
+    product of the collapsed extents after the first; none for no columns)."""
+
+    chunks: int
+
+
+Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid, RowGrid, ColumnGrid]
 
 
 @dataclass(frozen=True, slots=True)

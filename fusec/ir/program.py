@@ -70,6 +70,17 @@ class Slot:
         return self.shape is not None
 
 
+# Column reductions (builtins.COLUMN_REDUCTIONS, as these ops): a sum over the first axis in a
+# fixed order, so that a result is the same from run to run and on every backend:
+# the rows split into COLUMN_CHUNKS runs of ceil(rows / COLUMN_CHUNKS) consecutive
+# rows, each summed in order from 0 ("col_partial"), then the chunks' sums in order
+# ("col_sum" over them). 128 chunks give a GPU grid of 128 blocks per 256 columns
+# (every SM of an H200 busy from 256 columns on); the second sum reads 128 values
+# a column.
+COLUMN_CHUNKS = 128
+COLUMN_OPS = ("col_partial", "col_sum")
+
+
 @dataclass(frozen=True, slots=True)
 class Apply:
     """One pipeline statement, i.e. one stage: computes `body.results` over the
@@ -79,7 +90,11 @@ class Apply:
     With `reduce` (a row reduction, "sum", "max", ...; builtins.ROW_REDUCTIONS),
     the body's first result is reduced over the last axis of `shape` into the one
     target, of shape `shape[:-1] + (1,)`, in the accumulation type; for "pick" the
-    second result is each row's index."""
+    second result is each row's index. With a column reduction (COLUMN_OPS)
+    it is summed over the first axis of `shape`, in the order `column_order` fixes:
+    "col_partial" into COLUMN_CHUNKS sums of consecutive rows (a target of shape
+    `(COLUMN_CHUNKS,) + shape[1:]`), "col_sum" into one (a target of shape `shape[1:]`);
+    the checker writes `col_sum(x)` as the one and then the other over its chunks."""
 
     targets: tuple[str, ...]
     body: Body

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.errors import Loc, loc_field
-from fusec.ir.program import Body, Dim, Shape
+from fusec.ir.program import COLUMN_OPS, Body, Dim, Shape
 from fusec.types import ScalarType
 
 
@@ -31,15 +31,29 @@ class Stage:
     body: Body                    # no "call"; "load" attr names a Value
     outputs: tuple[str, ...]      # the Value each body result is stored as
     loc: Loc = loc_field()
-    reduce: str | None = None     # a row reduction (ir.program.Apply.reduce): one output, of shape [..., 1]
+    # A reduction (ir.program.Apply.reduce): over the row, one output of shape [..., 1];
+    # or over the first axis (COLUMN_OPS), one output without it.
+    reduce: str | None = None
     # The rows (leading dims, row length) of the reductions this stage may share
     # a kernel with: a reduction's own, or those its shape is [*rows, length] or [*rows, 1] of.
     rows: tuple[Shape, Dim] | None = None
 
     @property
+    def column(self) -> bool:
+        """A column reduction: a kernel of its own (each thread sums a column's run of rows)."""
+        return self.reduce in COLUMN_OPS
+
+    @property
+    def row_reduction(self) -> bool:
+        return self.reduce is not None and not self.column
+
+    @property
     def space(self) -> tuple:
         """What stages must share to be one kernel: the same rows (a row kernel:
-        one block per row), or else the same elementwise iteration space."""
+        one block per row), or else the same elementwise iteration space; a
+        column reduction shares its kernel with no other stage."""
+        if self.column:
+            return ("columns", self.name)
         return ("rows",) + self.rows if self.rows else ("elements", self.shape)
 
     def reads(self) -> set[str]:

@@ -48,7 +48,11 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
                 ids.append(value_ids[ins.attr])
             else:
                 ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
-        if stage.reduce:
+        if stage.column:  # the body's value at each element, summed over the first axis
+            result = stage.body.instrs[stage.body.results[0]]
+            value_ids[stage.outputs[0]] = b.emit(Instr(stage.reduce, (ids[stage.body.results[0]],), result.type,
+                                                       loc=stage.loc))
+        elif stage.reduce:
             operands = [ids[r] for r in stage.body.results]
             value_ids[stage.outputs[0]] = _reduction(b, stage.reduce, operands, stage.body.instrs[stage.body.results[0]])
         else:
@@ -67,12 +71,14 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
 
     array_loads = [v for v in loaded if graph.value(v).shape is not None]
     operand_shapes = [graph.value(v).shape for v in array_loads] + [graph.value(v).shape for v, _ in stores]
-    extents, presence = (collapse_rows if row_kernel else collapse)(shape, operand_shapes)
+    columns = any(s.column for s in stages)
+    extents, presence = (collapse_rows if row_kernel else collapse_columns if columns else collapse)(
+        shape, operand_shapes)
     loads = tuple(_access(graph, v, p) for v, p in zip(array_loads, presence))
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access, scalars,
-                  carried=tuple(carried), rows=row_kernel)
+                  carried=tuple(carried), rows=row_kernel, columns=columns)
 
 
 def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> int:
@@ -124,6 +130,16 @@ def collapse_rows(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim,
     lead, lead_presence = collapse(shape[:-1], [op[:-1] for op in operands])  # right-aligned, as in `collapse`
     last = [len(op) >= 1 and op[-1] != 1 for op in operands]
     return lead + ((shape[-1],),), [p + (v,) for p, v in zip(lead_presence, last)]
+
+
+def collapse_columns(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:
+    """As `collapse`, with the first dim (a column reduction's) always its own extent,
+    even a literal 1, and the others collapsed (none: one column). A column kernel's
+    store (its sums, not of this shape) is the emitter's to place."""
+    rank = len(shape)
+    rest, rest_presence = collapse(shape[1:], [op[-(rank - 1):] if len(op) >= rank else op for op in operands])
+    first = [len(op) == rank and op[0] != 1 for op in operands]
+    return ((shape[0],),) + rest, [(v,) + p for v, p in zip(first, rest_presence)]
 
 
 def collapse(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:

@@ -6,7 +6,17 @@ in the form it will run in.
 from __future__ import annotations
 
 from fusec.ir.kernels import Kernel
-from fusec.ir.launch import CountArg, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock
+from fusec.ir.launch import (
+    ColumnReduce,
+    CountArg,
+    Elementwise,
+    Form,
+    GridStride,
+    MultiTensor,
+    RegisterLoop,
+    RowBlock,
+)
+from fusec.ir.program import COLUMN_CHUNKS
 from fusec.ir.stages import Loop
 from fusec.target import FOREACH_CHUNK
 
@@ -16,6 +26,8 @@ def form_of(kernel: Kernel, multi_tensor: bool = False, grid_stride: bool = Fals
     """How `kernel`'s threads map onto its elements (the fusion pass prices candidates in it too)."""
     if kernel.rows:
         return RowBlock()
+    if kernel.columns:  # the chunks' partial sums, or the sum of all rows (of those chunks)
+        return ColumnReduce(COLUMN_CHUNKS if kernel.body.instrs[-1].op == "col_partial" else 1)
     if loop is not None:
         return RegisterLoop(count_of(loop.count, slots) if slots is not None else loop.count)
     if multi_tensor:

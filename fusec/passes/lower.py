@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fusec.errors import Diagnostic, FzError
-from fusec.ir.program import Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
+from fusec.ir.program import COLUMN_OPS, Apply, Body, BodyBuilder, Instr, Pipeline, Program, Repeat, walk_applies
 from fusec.ir.stages import Loop, Stage, StageGraph, Value
 
 
@@ -82,15 +82,15 @@ def assign_rows(graph: StageGraph) -> StageGraph:
     """Marks each stage that may join a row kernel with its rows: every row
     reduction, and each stage outside loops over [*rows, length] or [*rows, 1]
     of a reduction's (the first such, in program order)."""
-    spaces = [(s.shape[:-1], s.shape[-1]) for s in graph.stages if s.reduce]
+    spaces = [(s.shape[:-1], s.shape[-1]) for s in graph.stages if s.row_reduction]
     if not spaces:
         return graph
     stages = []
     for index, stage in enumerate(graph.stages):
         rows = None
-        if stage.reduce:
+        if stage.row_reduction:
             rows = (stage.shape[:-1], stage.shape[-1])
-        elif stage.shape and graph.loop_of(index) < 0:
+        elif stage.shape and graph.loop_of(index) < 0 and not stage.column:
             rows = next(((lead, length) for lead, length in spaces
                          if stage.shape[:-1] == lead and stage.shape[-1] in (length, 1)), None)
         stages.append(replace(stage, rows=rows) if rows else stage)
@@ -105,7 +105,8 @@ def _stage(program: Program, stmt: Apply, current: dict[str, str], new_version, 
 
 def _stage_name(stmt: Apply, taken: dict[str, int]) -> str:
     """The callee's name, or the first target's for an inline expression; made unique."""
-    base = stmt.callee or (f"row_{stmt.reduce}" if stmt.reduce else stmt.targets[0].split(".")[0])
+    reduction = stmt.reduce if stmt.reduce in COLUMN_OPS else f"row_{stmt.reduce}"
+    base = stmt.callee or (reduction if stmt.reduce else stmt.targets[0].split(".")[0])
     taken[base] = taken.get(base, 0) + 1
     return base if taken[base] == 1 else f"{base}_{taken[base]}"
 

@@ -11,6 +11,7 @@ from fusec.codegen.names import Namer
 from fusec.ir.kernels import Kernel
 from fusec.ir.launch import (
     ArrayArg,
+    ColumnReduce,
     ConstArg,
     Extent,
     Form,
@@ -92,8 +93,8 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
 
 def _check_multi_tensor(graph: StageGraph, kernels: list[Kernel], steps: tuple) -> None:
     pipeline = graph.pipeline
-    if any(k.rows for k in kernels):
-        raise PlanError(f"foreach needs an elementwise pipeline; {pipeline} has a row reduction")
+    if any(k.rows or k.columns for k in kernels):
+        raise PlanError(f"foreach needs an elementwise pipeline; {pipeline} has a reduction")
     if len(kernels) != 1 or steps != (0,) or graph.loops:
         raise PlanError(f"foreach needs a pipeline that fuses into one kernel; {pipeline} has "
                         f"{len(kernels)} kernels (or a repeat)")
@@ -141,6 +142,9 @@ def _params(kernel: Kernel, form: Form, slots: dict[str, int]) -> tuple[KernelPa
         return tuple(params) + (KernelParam("const long long*", namer.fresh("table"), WorkItems()),
                                 KernelParam(size, namer.fresh("chunks"), WorkItemCount(), I64))
     params.append(KernelParam(size, namer.fresh("n"), NumElements(), I64))
+    if isinstance(form, ColumnReduce):  # every extent: the rows, the columns, and coordinates
+        return tuple(params) + tuple(KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64)
+                                     for j in range(len(kernel.extents)))
     if isinstance(form, RowBlock):  # every extent but the first: the row's length, and coordinates
         return tuple(params) + tuple(KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64)
                                      for j in range(1, len(kernel.extents)))

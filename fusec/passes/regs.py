@@ -42,7 +42,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
-from fusec.ir.launch import Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
+from fusec.ir.program import COLUMN_OPS
+from fusec.ir.launch import ColumnReduce, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
 from fusec.ir.program import Body, Instr
 
 
@@ -66,6 +67,7 @@ class VariantShape:
     loop: bool = False
     multi_tensor: bool = False
     rows: bool = False  # a row kernel: loops over its row, accumulators combined across the block
+    columns: bool = False  # a column kernel (with rows: its loop over rows, unrolled by ptxas)
 
 
     def __post_init__(self):
@@ -93,6 +95,8 @@ def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
             return VariantShape(grid_stride=True, loop=True)
         case RowBlock():
             return VariantShape(rows=True)
+        case ColumnReduce():  # a loop over elements into an accumulator, as a row kernel's
+            return VariantShape(rows=True, columns=True)
         case MultiTensor():
             return VariantShape(elements=elements_per_thread, multi_tensor=True)
         case _:
@@ -107,6 +111,10 @@ def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
 # The index (64-bit), its bound check and the first address. y = abs(x) in
 # f32 uses 10 registers (estimated 9: this, its stored address, 2 values).
 BASE_REGS = 6
+# A column kernel's row loop, which ptxas unrolls (four rows in flight, their
+# addresses and the trip count): ptxas gave 26-32 registers for the first column
+# kernels (tests/programs/columns.fz) where the row kernel's terms said 17-20.
+COLUMN_LOOP_REGS = 10
 # Each stored array's 64-bit address, formed where it is stored.
 STORE_ADDRESS_REGS = 1
 # The vector variant's scaled index, its whole-vector check and the scalar
@@ -210,6 +218,8 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
     overhead = BASE_REGS + stores
     if variant.rows:
         overhead += ROW_REGS + ROW_ACCUMULATOR_REGS * accumulators
+    if variant.columns:
+        overhead += COLUMN_LOOP_REGS
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
     if variant.elements == 1:
@@ -231,7 +241,8 @@ class KernelEstimate:
         self.carried = {loop_value for loop_value, _ in kernel.carried}
         self.broadcast_loads = sum(1 for a in kernel.loads if not a.contiguous and any(a.present))
         self.coordinates = index_divisions(kernel.loads)
-        self.accumulators = sum(1 + (ins.op == "row_pick") for ins in kernel.body.instrs if ins.op in ROW_REDUCTIONS)
+        self.accumulators = sum(1 + (ins.op == "row_pick") for ins in kernel.body.instrs
+                                if ins.op in ROW_REDUCTIONS or ins.op in COLUMN_OPS)
         self._plans: dict[bool, _BodyPlan] = {}
 
     def __call__(self, variant: VariantShape) -> int:

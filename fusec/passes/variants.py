@@ -9,6 +9,8 @@ from typing import Callable
 
 from fusec.ir.kernels import Kernel, row_schedule
 from fusec.ir.launch import (
+    ColumnGrid,
+    ColumnReduce,
     DeviceFillGrid,
     ElementGrid,
     Elementwise,
@@ -92,6 +94,8 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             # The cached variant's code is the plain one's with some loads from shared memory.
             return (Variant(f"{name}_cached", 1, RowGrid(), regs(1), row_cache=sum(a.type.itemsize for a in cached)),
                     plain)
+        case ColumnReduce(chunks):
+            return (Variant(name, 1, ColumnGrid(chunks), regs(1)),)
         case MultiTensor():
             width = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)

@@ -17,6 +17,7 @@ import zlib
 from typing import Callable, Protocol
 
 from fusec.ir.launch import (
+    ColumnGrid,
     ArrayArg,
     ConstArg,
     CountArg,
@@ -307,6 +308,8 @@ class Executor:
         match variant.grid:
             case RowGrid():
                 return math.prod(extents[:-1])
+            case ColumnGrid(chunks):  # columns of no rows still get their sum (0)
+                return -(-math.prod(extents[1:]) // block) * chunks
             case ElementGrid():
                 return -(-(-(-n // variant.elements_per_thread)) // block)
             case DeviceFillGrid():

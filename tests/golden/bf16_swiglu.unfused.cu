@@ -3,9 +3,12 @@
 
 #include <cuda_bf16.h>
 
+#ifndef FZ_HELPER_VEC
+#define FZ_HELPER_VEC
 // N elements moved as one aligned access (16 bytes for the widest array).
 template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+#endif
 
 // swiglu_k0_s: s over [tokens, hidden]
 // reads gate; writes s

@@ -3,9 +3,14 @@
 
 #include <cuda_fp16.h>
 
+#ifndef FZ_HELPER_VEC
+#define FZ_HELPER_VEC
 // N elements moved as one aligned access (16 bytes for the widest array).
 template <typename T, int N>
 struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+#endif
+#ifndef FZ_HELPER_INDEX
+#define FZ_HELPER_INDEX
 // Coordinates of a flat index: 32-bit division where both operands fit, which
 // costs a fraction of 64-bit division on the GPU (indices are never negative).
 __device__ __forceinline__ long long fz_quot(long long a, long long b)
@@ -16,6 +21,7 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 {
     return ((unsigned long long)(a | b) >> 32) == 0 ? (long long)((unsigned)a % (unsigned)b) : a % b;
 }
+#endif
 
 // bias_gelu_k0_h: h over [rows, cols]
 // reads h, b (broadcast); writes h

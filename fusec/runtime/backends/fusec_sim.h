@@ -47,6 +47,9 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float x, float y) { return x / y; }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, sizeof f); return f; }
+// Additions rounded once (the host compiler does not contract: -ffp-contract=off).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, sizeof d); return d; }
 
 // Runs kernel(...) for every thread of a 1-D grid.
