@@ -11,9 +11,9 @@ from pathlib import Path
 from fusec import cache
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Diagnostic, FzError, Loc, Source
-from fusec.ir.program import Program
 from fusec.frontend import check_source
 from fusec.frontend.parser import decode_source, read_source
+from fusec.ir.program import Program
 from fusec.passes.fusion import FUSE_MODES
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from fusec.ir.launch import call_signature
-from fusec.ir.program import COLUMN_CHUNKS, COLUMN_OPS, Apply, Body, Pipeline, Program, Repeat
+from fusec.ir.program import COLUMN_CHUNKS, COLUMN_OPS, Apply, Body, Pipeline, Program, Repeat, reduced_shape
 from fusec.runtime.binder import Binder, allocate, concrete
 from fusec.runtime.host_arrays import HostArrays
 from fusec.types import INT_RANGE, ScalarType
@@ -244,11 +244,11 @@ class Interpreter:
         shape = concrete(stmt.shape, dims)
         if stmt.reduce in COLUMN_OPS:
             results = [reduce_columns(stmt.reduce, np.broadcast_to(results[0], shape))]
-            shape = results[0].shape
         elif stmt.reduce:
-            index = np.broadcast_to(results[1], shape[:-1] + (1,)) if stmt.reduce == "pick" else None
+            index = np.broadcast_to(results[1], reduced_shape(stmt.reduce, shape)) if stmt.reduce == "pick" else None
             results = [reduce_rows(stmt.reduce, np.broadcast_to(results[0], shape), index)]
-            shape = shape[:-1] + (1,)
+        if stmt.reduce:
+            shape = reduced_shape(stmt.reduce, shape)
         for target, value in zip(stmt.targets, results):
             slot = pipeline.slot(target)
             stored = np.broadcast_to(value, shape).astype(numpy_dtype(slot.type))

@@ -24,8 +24,6 @@ from fusec.frontend.check_expr import (
     resolve_type,
 )
 from fusec.ir.program import (
-    COLUMN_CHUNKS,
-    COLUMN_OPS,
     Apply,
     BodyBuilder,
     Dim,
@@ -38,6 +36,7 @@ from fusec.ir.program import (
     StageFn,
     Stmt,
     fmt_shape,
+    reduced_shape,
 )
 from fusec.types import F32, F64, I64
 
@@ -56,7 +55,7 @@ class _Loop:
         self.unassigned_if_zero: dict[str, None] = {}  # ordered set: outputs read after it that only it assigns
 
 
-class _Dims:
+class Dims:
     """Union-find over dims: names that met in a broadcast must be equal."""
 
     def __init__(self, diags: Diagnostics):
@@ -103,7 +102,7 @@ def fmt_slot(slot: Slot) -> str:
 class PipelineChecker:
     def __init__(self, d: syntax.PipelineDef, stages: dict[str, StageFn], diags: Diagnostics):
         self.d, self.stages, self.diags = d, stages, diags
-        self.dims = _Dims(diags)
+        self.dims = Dims(diags)
         self.current: dict[str, Slot] = {}   # user name -> slot it names now
         self.slots: list[Slot] = []
         self.assigned: set[str] = set()       # outputs surely assigned (not only in a loop that may not run)
@@ -282,17 +281,18 @@ class PipelineChecker:
         return b, loaded, exprs, load
 
     def _reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
-        """A row reduction in an expression: its own statement (run before the one
-        it is in) into a hidden temporary of shape [..., 1], loaded where it stands."""
-        if call.func in COLUMN_REDUCTIONS:
-            return self._column_reduction(call, load_result)
-        op, arity = ROW_REDUCTIONS[call.func]
+        """A reduction in an expression: its own statement (run before the one it is
+        in) into a hidden temporary of shape [..., 1] (a column sum: two statements,
+        `_column_sum`), loaded where it stands."""
+        column = call.func in COLUMN_REDUCTIONS
+        op, arity = ("col_partial", 1) if column else ROW_REDUCTIONS[call.func]
+        what = f"{call.func}()"
         if len(call.args) != arity:
-            self.diags.error(call.loc, f"{call.func}() takes {arity} argument{'s' if arity > 1 else ''}, "
+            self.diags.error(call.loc, f"{what} takes {arity} argument{'s' if arity > 1 else ''}, "
                                        f"got {len(call.args)}")
             return POISON
         if self.loops:
-            self.diags.error(call.loc, f"{call.func}() inside 'repeat' is not supported yet; reduce before "
+            self.diags.error(call.loc, f"{what} inside 'repeat' is not supported yet; reduce before "
                                        "the loop, or run this pipeline with backend='numpy'")
             return POISON
         b, loaded, exprs, _ = self._scope()
@@ -303,16 +303,19 @@ class PipelineChecker:
         index_arrays = [s.shape for s in loaded[len(value_arrays):] if s.is_array] if op == "pick" else []
         if len(self.diags.items) > before:
             return POISON
-        what = f"{call.func}()"
         if any(isinstance(v, Strong) and v.type is None for v in (value, index)):
             return POISON  # a name whose statement failed: already reported
         if isinstance(value, Weak) or not value_arrays:
-            return exprs.error(call.loc, f"{what} reduces each row of an array; its argument is a scalar")
+            does = "sums an array over its first axis" if column else "reduces each row of an array"
+            return exprs.error(call.loc, f"{what} {does}; its argument is a scalar")
         if not value.type.is_float:
             return exprs.error(call.loc, f"{what} needs floats, got {value.type}; convert with f32(...)")
         space = self.dims.broadcast(value_arrays + index_arrays, call.loc)
         if space is None:
             return POISON
+        if column and len(space) < 2:
+            return exprs.error(call.loc, f"{what} sums over the first axis of an array of two or more dims, "
+                                         f"leaving the others; its argument is {fmt_shape(space)}")
         acc = F64 if value.type == F64 else F32
         results = [exprs.convert(value, acc, call.loc, what).id]
         if op == "pick":
@@ -327,56 +330,27 @@ class PipelineChecker:
             results.append(exprs.convert(index, I64, call.loc, f"the index of {what}").id)
         if len(self.diags.items) > before:
             return POISON
-        name = f"{call.func}#{sum(1 for s in self.slots if '#' in s.name)}"  # '#': no user can name it
-        slot = Slot(name, acc, space[:-1] + (1,), "temp", loc=call.loc)
+        slot = Slot(self._hidden("col_partial" if column else call.func), acc, reduced_shape(op, space), "temp",
+                    loc=call.loc)
         self.slots.append(slot)
-        self.pending.append(Apply((name,), b.build(results), space, None, loc=call.loc, reduce=op))
-        return load_result(slot, call.loc)
+        self.pending.append(Apply((slot.name,), b.build(results), space, None, loc=call.loc, reduce=op))
+        return load_result(self._column_sum(call, slot) if column else slot, call.loc)
 
-    def _column_reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
-        """`col_sum(x)`: two statements run before the one it is in, the sums of
-        COLUMN_CHUNKS runs of rows into a hidden temporary, then their sum into
-        another of x's shape without its first dim, loaded where it stands."""
-        what = f"{call.func}()"
-        if len(call.args) != 1:
-            self.diags.error(call.loc, f"{what} takes 1 argument, got {len(call.args)}")
-            return POISON
-        if self.loops:
-            self.diags.error(call.loc, f"{what} inside 'repeat' is not supported yet; reduce before "
-                                       "the loop, or run this pipeline with backend='numpy'")
-            return POISON
-        b, loaded, exprs, _ = self._scope()
-        before = len(self.diags.items)
-        value = exprs.check(call.args[0])
-        arrays = [s.shape for s in loaded if s.is_array]
-        if len(self.diags.items) > before:
-            return POISON
-        if isinstance(value, Strong) and value.type is None:
-            return POISON  # a name whose statement failed: already reported
-        if isinstance(value, Weak) or not arrays:
-            return exprs.error(call.loc, f"{what} sums an array over its first axis; its argument is a scalar")
-        if not value.type.is_float:
-            return exprs.error(call.loc, f"{what} needs floats, got {value.type}; convert with f32(...)")
-        space = self.dims.broadcast(arrays, call.loc)
-        if space is None:
-            return POISON
-        if len(space) < 2:
-            return exprs.error(call.loc, f"{what} sums over the first axis of an array of two or more dims, "
-                                         f"leaving the others; its argument is {fmt_shape(space)}")
-        acc = F64 if value.type == F64 else F32
-        results = [exprs.convert(value, acc, call.loc, what).id]
-        if len(self.diags.items) > before:
-            return POISON
-        number = sum(1 for s in self.slots if '#' in s.name)  # '#': no user can name it
-        partial = Slot(f"col_partial#{number}", acc, (COLUMN_CHUNKS,) + space[1:], "temp", loc=call.loc)
-        total = Slot(f"{call.func}#{number + 1}", acc, space[1:], "temp", loc=call.loc)
-        self.slots += [partial, total]
-        self.pending.append(Apply((partial.name,), b.build(results), space, None, loc=call.loc, reduce="col_partial"))
-        finish, _, _, load = self._scope()
+    def _hidden(self, base: str) -> str:
+        """A new hidden temporary's name: '#' and a number, which no user can write."""
+        return f"{base}#{sum(1 for s in self.slots if '#' in s.name)}"
+
+    def _column_sum(self, call: syntax.Call, partial: Slot) -> Slot:
+        """After `col_sum(x)`'s statement of COLUMN_CHUNKS partial sums, the statement
+        summing them into a hidden temporary of x's shape without its first dim."""
+        b, _, _, load = self._scope()
         chunks = load(partial, call.loc)
-        self.pending.append(Apply((total.name,), finish.build([chunks.id]), partial.shape, None, loc=call.loc,
+        total = Slot(self._hidden(call.func), partial.type, reduced_shape("col_sum", partial.shape), "temp",
+                     loc=call.loc)
+        self.slots.append(total)
+        self.pending.append(Apply((total.name,), b.build([chunks.id]), partial.shape, None, loc=call.loc,
                                   reduce="col_sum"))
-        return load_result(total, call.loc)
+        return total
 
     def _apply(self, stmt: syntax.Assign) -> Apply | None:
         b, loaded, exprs, _ = self._scope()
@@ -394,19 +368,12 @@ class PipelineChecker:
         if len(self.diags.items) > before:
             return None
         callee = stmt.value.func if isinstance(stmt.value, syntax.Call) and stmt.value.func in self.stages else None
-        # (A poisoned operand leaves no pending reduction: nothing to retarget.)
-        made = self.pending[-1].reduce if self.pending else None
-        if isinstance(stmt.value, syntax.Call) and stmt.value.func in COLUMN_REDUCTIONS and made == "col_sum" \
-                and self._canonical_shape(shape) == self._canonical_shape(self.pending[-1].shape[1:]):
-            # `g = col_sum(x);`: the chunks' sum stores into g itself (converted to its type), no copy.
-            reduction = self.pending.pop()
-            self.slots = [s for s in self.slots if s.name != reduction.targets[0]]
-            return Apply((targets[0].name,), reduction.body, reduction.shape, None, loc=stmt.loc,
-                         reduce=reduction.reduce)
-        if isinstance(stmt.value, syntax.Call) and stmt.value.func in ROW_REDUCTIONS \
-                and made is not None and made not in COLUMN_OPS \
-                and self._canonical_shape(shape) == self._canonical_shape(self.pending[-1].shape[:-1] + (1,)):
-            # `m = row_max(x);`: the reduction stores into m itself (converted to its type), no copy.
+        # `m = row_max(x);`, `g = col_sum(x);`: the reduction's last statement stores into
+        # the target itself (converted to its type), no copy. (A poisoned operand leaves
+        # no pending statement: nothing to retarget.)
+        if isinstance(stmt.value, syntax.Call) and stmt.value.func in (*ROW_REDUCTIONS, *COLUMN_REDUCTIONS) \
+                and self.pending and self._canonical_shape(shape) == self._canonical_shape(
+                    reduced_shape(self.pending[-1].reduce, self.pending[-1].shape)):
             reduction = self.pending.pop()
             self.slots = [s for s in self.slots if s.name != reduction.targets[0]]
             return Apply((targets[0].name,), reduction.body, reduction.shape, None, loc=stmt.loc,

@@ -24,7 +24,8 @@ import re
 from fractions import Fraction
 from typing import Callable
 
-from fusec.errors import Diagnostic, FzError, Loc, Source
+from fusec.errors import Diagnostic, Diagnostics, FzError, Loc, Source
+from fusec.frontend.check_pipeline import Dims
 from fusec.ir.program import Program, fmt_shape
 from fusec.ir.stages import Stage, StageGraph
 from fusec.passes.lower import lower
@@ -305,16 +306,7 @@ def _declare(name: str, slot) -> str:
 
 def _equated(equations) -> Callable[[object], object]:
     """dim -> one representative of the dims the call's equations make equal (a literal if any)."""
-    parent: dict = {}
-
-    def find(d):
-        while parent.get(d, d) != d:
-            d = parent[d]
-        return d
-    for eq in equations:
-        a, b = find(eq.a), find(eq.b)
-        if a != b:
-            if isinstance(a, int):
-                a, b = b, a
-            parent[a] = b  # a literal stays the root
-    return find
+    dims = Dims(Diagnostics())
+    for eq in equations:  # checked already: two literals never meet
+        dims.union(eq.a, eq.b, eq.loc)
+    return dims.find

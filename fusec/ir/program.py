@@ -81,6 +81,17 @@ COLUMN_CHUNKS = 128
 COLUMN_OPS = ("col_partial", "col_sum")
 
 
+def reduced_shape(op: str, shape: tuple) -> tuple:
+    """The shape of what an Apply with reduction `op` over `shape` stores (`shape`'s
+    dims named or sized): a row reduction's `[..., 1]`, a column reduction's without
+    the first dim, or its COLUMN_CHUNKS partial sums."""
+    if op == "col_partial":
+        return (COLUMN_CHUNKS,) + tuple(shape[1:])
+    if op == "col_sum":
+        return tuple(shape[1:])
+    return tuple(shape[:-1]) + (1,)
+
+
 @dataclass(frozen=True, slots=True)
 class Apply:
     """One pipeline statement, i.e. one stage: computes `body.results` over the
@@ -91,7 +102,7 @@ class Apply:
     the body's first result is reduced over the last axis of `shape` into the one
     target, of shape `shape[:-1] + (1,)`, in the accumulation type; for "pick" the
     second result is each row's index. With a column reduction (COLUMN_OPS)
-    it is summed over the first axis of `shape`, in the order `column_order` fixes:
+    it is summed over the first axis of `shape`, in the order COLUMN_CHUNKS fixes:
     "col_partial" into COLUMN_CHUNKS sums of consecutive rows (a target of shape
     `(COLUMN_CHUNKS,) + shape[1:]`), "col_sum" into one (a target of shape `shape[1:]`);
     the checker writes `col_sum(x)` as the one and then the other over its chunks."""

@@ -42,9 +42,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
-from fusec.ir.program import COLUMN_OPS
 from fusec.ir.launch import ColumnReduce, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
-from fusec.ir.program import Body, Instr
+from fusec.ir.program import COLUMN_OPS, Body, Instr
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ import zlib
 from typing import Callable, Protocol
 
 from fusec.ir.launch import (
-    ColumnGrid,
     ArrayArg,
+    ColumnGrid,
     ConstArg,
     CountArg,
     DeviceFillGrid,
@@ -127,7 +127,7 @@ class Executor:
         self._sizes: dict[tuple, _Sizes] = {}
         self._is_array = [p.is_array for p in self.params]
         self._count_positions = set(signature.counts)
-        self._plain_key = self._generate_key()
+        self._plain_key, self._scalars_key = self._generate_key(False), self._generate_key(True)
         self._calls: dict[tuple, _RecordedCall] = {}
         self._seen: set[tuple] = set()  # keys of calls seen once (`_call_key`, `_out_key`)
 
@@ -171,25 +171,11 @@ class Executor:
         each scalar with its type (1, 1.0 and True are different arguments)
         where it matters: all of them with `scalars` (a graph holds their
         values), else the repeat counts (a count fixes the launch sequence)."""
-        if not scalars:
-            return self._plain_key(args)
-        if len(args) != len(self._is_array):
-            return None
-        signature = self.backend.signature
-        key = []
-        for position, (value, is_array) in enumerate(zip(args, self._is_array)):
-            if is_array:
-                value = signature(value)
-                if value is None:
-                    return None
-                key.append(value)
-            elif scalars or position in self._count_positions:
-                key += (type(value), value)
-        return tuple(key)
+        return (self._scalars_key if scalars else self._plain_key)(args)
 
-    def _generate_key(self) -> Callable[[tuple], tuple | None]:
-        """`_call_key(args)` as straight-line code for this parameter list (it is on
-        every replayed call's path)."""
+    def _generate_key(self, scalars: bool) -> Callable[[tuple], tuple | None]:
+        """`_call_key(args, scalars)` as straight-line code for this parameter list (it is
+        on every replayed call's path)."""
         n = len(self._is_array)
         lines = ["def key(args):", f"    if len(args) != {n}:", "        return None"]
         parts = []
@@ -198,7 +184,7 @@ class Executor:
                 lines += [f"    a{position} = signature(args[{position}])", f"    if a{position} is None:",
                           "        return None"]
                 parts.append(f"a{position}")
-            elif position in self._count_positions:
+            elif scalars or position in self._count_positions:
                 parts += [f"type(args[{position}])", f"args[{position}]"]
         lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
         names = {"signature": self.backend.signature}
