@@ -1,6 +1,9 @@
 """Does the cost model pick the fastest partition? Candidates timed on the GPU beside its predictions.
 
-    PYTHONPATH=. python3 benchmarks/decision_quality.py [--calibrate] [--json OUT.json] [--only NAME ...]
+    PYTHONPATH=. python3 benchmarks/decision_quality.py [--calibrate] [--f32] [--json OUT.json]
+        [--only NAME,NAME] [--shard I/N] [--deadline SECONDS]
+    python3 benchmarks/decision_quality.py --summary SHARD.json ...
+    bash benchmarks/decision_quality.sh        (every GPU of the host, one shard each)
 
 Pipelines: every example, and generated wide (8-32 inputs, every output mixing
 every input through exp/sin/tanh), deep (chains of 16-32 stages) and
@@ -12,7 +15,9 @@ process pool), checked against the unfused result, and timed in two passes in
 shuffled order. Reported per pipeline: the model's pick against the fastest
 candidate of the second pass; over all candidate pairs whose times differ by
 more than 3 % and three times the noise, Kendall's tau-b of predicted and
-measured order, and the median |ln(predicted / measured)|.
+measured order, and the median |ln(predicted / measured)|; and the pick `fusec
+tune` would make (the fastest in the first pass of the partitions it times)
+against the fastest of the second pass.
 
 With --calibrate: one pass, and each kernel's features (bytes, arithmetic,
 estimated and real registers) written to the JSON for fitting the model.
@@ -26,13 +31,13 @@ import random
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
-import numpy as np
+from fusec.bench.harness import dims_for, time_gpu
+from fusec.bench.harness import make_args as harness_args
 
-from fusec.bench.harness import time_gpu
-
-ELEMENTS = 2 ** 26
+ELEMENTS = int(os.environ.get("FUSEC_ELEMENTS", 2 ** 26))
 MAX_RANDOM = int(os.environ.get("FUSEC_MAX_RANDOM", 40))
 
 
@@ -90,14 +95,16 @@ def corpus(dtypes=("f32", "bf16")) -> list[tuple[str, str, object]]:
     return out
 
 
-def candidates(job) -> tuple[str, str, dict[tuple, str], dict[tuple, float]]:
-    """In a worker: (name, dtype, groups -> how it was found, groups -> predicted µs)."""
+def candidates(job) -> tuple:
+    """In a worker: (name, dtype, groups -> how it was found, groups -> predicted µs, the tune set)."""
     name, dtype, source_text, source_name, seed = job
+    from fusec.compiler import CompileOptions, compile_pipeline
     from fusec.errors import Source
     from fusec.frontend import check_source
     from fusec.passes.fusion import CAPS, FusionOptions, Pricer, ranked_partitions
     from fusec.passes.lower import lower
     from fusec.passes.partitions import Context, greedy, neighbours, random_partition
+    from fusec.runtime import tuning
     program = check_source(Source(source_name, source_text))
     graph = lower(program, program.pipelines[0])
     ctx = Context.of(graph)
@@ -118,6 +125,11 @@ def candidates(job) -> tuple[str, str, dict[tuple, str], dict[tuple, float]]:
         add(groups, f"model's rank ({how})")
     for n in neighbours(ctx, [list(g) for g in pick]):
         add(n, "neighbour of the pick")
+    # what `fusec tune` would time: its pick is the fastest of these in the first pass
+    compiled = compile_pipeline(program, program.pipelines[0].name, CompileOptions())
+    tuned = [groups for groups, _, _ in tuning.candidates(compiled, CompileOptions())]
+    for groups in tuned:
+        add(groups, "tune set")
     for _ in range(MAX_RANDOM * 3):
         if sum(1 for how in found.values() if how == "random") >= MAX_RANDOM:
             break
@@ -126,109 +138,157 @@ def candidates(job) -> tuple[str, str, dict[tuple, str], dict[tuple, float]]:
     for g in sorted(found, key=predicted.get)[:5]:  # the model's five best among everything found
         if found[g] != "model's pick":
             found[g] += " (model top 5)"
-    return name, dtype, found, predicted
+    return name, dtype, found, predicted, [tuple(map(tuple, g)) for g in tuned]
 
 
 def compile_one(job):
     """In a worker: one candidate compiled, its module built for the device (the disk cache keeps it)."""
-    source_text, source_name, groups = job
+    source_text, source_name, groups, arch = job
     from fusec.compiler import CompileOptions, compile_pipeline
     from fusec.errors import Source
     from fusec.frontend import check_source
-    from fusec.runtime.backends.cuda import compile_module, device_arch
+    from fusec.runtime.backends.cuda import compile_module
     program = check_source(Source(source_name, source_text))
     compiled = compile_pipeline(program, program.pipelines[0].name, CompileOptions(partition=groups))
-    compile_module(compiled.cuda, device_arch(), native=True)
+    compile_module(compiled.cuda, arch, native=True)
     return compiled.cuda, compiled.interface
 
 
+def _flag(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 def main() -> None:
+    if "--summary" in sys.argv:  # the shards' JSON files, one table
+        results = []
+        for path in sys.argv[sys.argv.index("--summary") + 1:]:
+            with open(path) as f:
+                results += json.load(f)
+        summary(results)
+        return
+    import multiprocessing
+
     import cupy as cp
 
-    from fusec.passes.cost import compute_ps, target_costs
-    from fusec.runtime.backends.cuda import CudaBackend
+    from fusec.passes.cost import target_costs
+    from fusec.runtime.backends.cuda import CudaBackend, device_arch
     from fusec.runtime.executor import Executor
     calibrate = "--calibrate" in sys.argv
-    only = sys.argv[sys.argv.index("--only") + 1:] if "--only" in sys.argv else None
+    only = _flag("--only")
+    only = only.split(",") if only else None
     dtypes = ("f32",) if "--f32" in sys.argv else ("f32", "bf16")
+    shard, shards = map(int, _flag("--shard", "0/1").split("/"))
+    deadline = float(_flag("--deadline", "1e9"))
+    out_path = _flag("--json")
     rng = random.Random(11)
     costs = target_costs("sm_90")
     started = time.perf_counter()
     programs = {(n, d): p for n, d, p in corpus(dtypes) if not only or n in only}
-    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        jobs = [(n, d, p.source.text, p.source.name, 11) for (n, d), p in programs.items()]
-        enumerated = list(pool.map(candidates, jobs))
-        print(f"candidates enumerated [{time.perf_counter() - started:.0f} s]", flush=True)
-        compile_jobs = [(programs[(n, d)].source.text, programs[(n, d)].source.name, g)
-                        for n, d, found, _ in enumerated for g in found]
-        built = iter(pool.map(compile_one, compile_jobs, chunksize=1))
-        modules = {(n, d, g): next(built) for n, d, found, _ in enumerated for g in found}
-        print(f"{len(modules)} candidates compiled [{time.perf_counter() - started:.0f} s]", flush=True)
+    # shards balanced by source length (a proxy for candidates and compile time)
+    load = [0] * shards
+    mine = []
+    for key in sorted(programs, key=lambda k: -len(programs[k].source.text)):
+        s = load.index(min(load))
+        load[s] += len(programs[key].source.text)
+        if s == shard:
+            mine.append(key)
+    arch = device_arch()
+    workers = max(2, (os.cpu_count() or 4) // shards - 1)
     results = []
-    for name, dtype, found, predicted in enumerated:
-        program = programs[(name, dtype)]
-        args = make_args(cp, program.pipelines[0])
-        reference = None
-        entries = []
-        for groups, how in found.items():
-            cuda, interface = modules[(name, dtype, groups)]
-            run = Executor(interface, CudaBackend(cuda, interface))
-            fresh = [a.copy() if isinstance(a, cp.ndarray) else a for a in args]
-            out = run(*fresh)
-            outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
-            outs += [a for a, p in zip(fresh, program.pipelines[0].params) if p.role == "inout"]
-            got = [cp.asnumpy(o).astype(np.float64) for o in outs]
-            del fresh, out, outs
-            if reference is None:
-                reference = got
-            ok = all(np.allclose(g, r, rtol=3e-2 if dtype == "bf16" else 2e-4, atol=1e-3, equal_nan=True)
-                     for g, r in zip(got, reference))
-            kernels = []
-            for launch in interface.kernels:
-                attrs = run.backend.attributes(launch.variants[0].name)
-                kernels.append({"name": launch.name, "est_regs": launch.variants[0].est_regs,
-                                "num_regs": attrs["num_regs"], "local": attrs["local_size_bytes"],
-                                "ept": launch.variants[0].elements_per_thread,
-                                "bytes": launch.prediction.bytes_per_element,
-                                "loaded": sum(a.type.itemsize for a in launch.kernel.loads if a.contiguous),
-                                "compute_ps": compute_ps(launch.kernel, costs),
-                                "predicted_us": launch.prediction.us})
-            entries.append({"groups": groups, "how": how, "ok": bool(ok), "predicted": predicted[groups],
-                            "kernels": kernels, "run": run})
-        passes = 1 if calibrate else 2
-        for p in range(passes):
-            order = list(range(len(entries)))
-            rng.shuffle(order)
-            for idx in order:
-                e = entries[idx]
-                e[f"t{p}"] = time_gpu(cp, lambda: e["run"](*args))
-        for e in entries:
-            e.pop("run")
-        report(name, dtype, entries, passes)
-        results.append({"pipeline": name, "dtype": dtype, "candidates": entries})
-        print(f"  [{time.perf_counter() - started:.0f} s]", flush=True)
-        if "--json" in sys.argv:  # after every pipeline: a run cut short keeps what it measured
-            with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
-                json.dump(results, f)
-    if not calibrate:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = [(n, d, programs[(n, d)].source.text, programs[(n, d)].source.name, 11) for n, d in mine]
+        pending = []
+        for future in as_completed([pool.submit(candidates, job) for job in jobs]):
+            name, dtype, found, predicted, tuned = future.result()
+            program = programs[(name, dtype)]
+            builds = {g: pool.submit(compile_one, (program.source.text, program.source.name, g, arch)) for g in found}
+            pending.append((name, dtype, found, predicted, tuned, builds))
+        print(f"[shard {shard}] {len(pending)} pipelines enumerated, "
+              f"{sum(len(p[2]) for p in pending)} candidates [{time.perf_counter() - started:.0f} s]", flush=True)
+        for name, dtype, found, predicted, tuned, builds in pending:
+            if time.perf_counter() - started > deadline:
+                print(f"[shard {shard}] deadline: {name} {dtype} and later not measured", flush=True)
+                break
+            passes = 1 if calibrate else 2
+            try:
+                entries = measure(cp, programs[(name, dtype)], dtype, found, predicted, tuned, builds, passes, rng,
+                                  lambda cuda, interface: Executor(interface, CudaBackend(cuda, interface)),
+                                  lambda fn: time_gpu(cp, fn), costs)
+            except Exception:  # one pipeline's failure is reported, the others still measured
+                print(f"{name} {dtype}: failed\n{traceback.format_exc()}", flush=True)
+                continue
+            cp.get_default_memory_pool().free_all_blocks()
+            report(name, dtype, entries, passes)
+            results.append({"pipeline": name, "dtype": dtype, "candidates": entries})
+            print(f"  [shard {shard}, {time.perf_counter() - started:.0f} s]", flush=True)
+            if out_path:  # after every pipeline: a run cut short keeps what it measured
+                with open(out_path, "w") as f:
+                    json.dump(results, f)
+        for *_, builds in pending:
+            for b in builds.values():
+                b.cancel()
+    if not calibrate and shards == 1:
         summary(results)
 
 
+def measure(cp, program, dtype, found, predicted, tuned, builds, passes, rng, executor, timer, costs) -> list[dict]:
+    """Each candidate checked against the unfused result, then timed in `passes` shuffled passes."""
+    from fusec.passes.cost import compute_ps
+    args = make_args(cp, program.pipelines[0])
+    order = sorted(found, key=lambda g: found[g] != "unfused")  # the unfused result first: the reference
+    reference, entries = None, []
+    for groups in order:
+        cuda, interface = builds[groups].result()
+        run = executor(cuda, interface)
+        ok = _check(cp, run, args, program.pipelines[0], dtype, reference)
+        if reference is None:
+            reference, ok = ok, True
+        kernels = []
+        for launch in interface.kernels:
+            attrs = run.backend.attributes(launch.variants[0].name) if hasattr(run.backend, "attributes") else {}
+            kernels.append({"name": launch.name, "est_regs": launch.variants[0].est_regs,
+                            "num_regs": attrs.get("num_regs"), "local": attrs.get("local_size_bytes"),
+                            "ept": launch.variants[0].elements_per_thread,
+                            "bytes": launch.prediction.bytes_per_element,
+                            "loaded": sum(a.type.itemsize for a in launch.kernel.loads if a.contiguous),
+                            "compute_ps": compute_ps(launch.kernel, costs),
+                            "predicted_us": launch.prediction.us})
+        entries.append({"groups": groups, "how": found[groups], "ok": bool(ok), "tuned": groups in tuned,
+                        "predicted": predicted[groups], "kernels": kernels, "run": run})
+    del reference
+    for p in range(passes):
+        shuffled = list(range(len(entries)))
+        rng.shuffle(shuffled)
+        for idx in shuffled:
+            e = entries[idx]
+            e[f"t{p}"] = timer(lambda: e["run"](*args))
+    for e in entries:
+        e.pop("run")
+    return entries
+
+
+def _check(cp, run, args, pipeline, dtype, reference):
+    """The outputs (as f32 on the device) when reference is None, else whether they match it."""
+    fresh = [a.copy() if isinstance(a, cp.ndarray) else a for a in args]
+    out = run(*fresh)
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
+    outs += [a for a, p in zip(fresh, pipeline.params) if p.role == "inout"]
+    got = [o.astype(cp.float32) for o in outs]
+    del fresh, out, outs
+    if reference is None:
+        return got
+    # bf16: the unfused form rounds every intermediate to bf16, so the check is against the scale of the values
+    rtol, scale = (5e-2, 5e-2) if dtype == "bf16" else (2e-4, 1e-5)
+    def magnitude(r):
+        finite = cp.abs(r[cp.isfinite(r)])
+        return float(finite.max()) if finite.size else 0.0
+    return all(bool(cp.allclose(g, r, rtol=rtol, atol=scale * magnitude(r) + 1e-3, equal_nan=True))
+               for g, r in zip(got, reference))
+
+
 def make_args(cp, pipeline):
-    rng = cp.random.default_rng(3)
-    args = []
-    for p in pipeline.params:
-        if p.shape is None:
-            args.append(5 if p.type.is_int else 0.3)
-            continue
-        shape = tuple(d if isinstance(d, int) else (ELEMENTS // 1024 if len(p.shape) > 1 and j == 0 else
-                                                   (1024 if len(p.shape) > 1 else ELEMENTS))
-                      for j, d in enumerate(p.shape))
-        a = rng.standard_normal(shape, dtype=cp.float32) * 0.5 + 0.1
-        if p.name == "stiffness":
-            a = cp.abs(a) + 0.5
-        args.append(a.astype(p.type.numpy_dtype))
-    return args
+    """The bench harness's arguments: rows of 1024 where the pipeline has rows."""
+    return harness_args(cp, pipeline, dims_for(pipeline, ELEMENTS, 1024), 3)
 
 
 def report(name, dtype, entries, passes):
@@ -238,36 +298,56 @@ def report(name, dtype, entries, passes):
     pick = next(e for e in entries if e["how"].startswith("model's pick"))
     print(f"{name} {dtype}: {len(entries)} candidates ({len(entries) - len(ok)} wrong); "
           f"pick {pick[key]:.0f} µs ({len(pick['groups'])} kernels, predicted {pick['predicted']:.0f}); "
-          f"fastest {best[key]:.0f} µs ({best['how']}, {len(best['groups'])} kernels); "
-          f"pick/fastest {pick[key] / best[key]:.3f}", flush=True)
+          f"fastest {best[key]:.0f} µs ({best['how']}, {len(best['groups'])} kernels, "
+          f"predicted {best['predicted']:.0f}); pick/fastest {pick[key] / best[key]:.3f}", flush=True)
+
+
+def pairs(e, noise):
+    """(concordant, discordant, tied in prediction) over the pairs whose measured times
+    differ by more than 3 % and three times the noise."""
+    concordant = discordant = ties = 0
+    for i in range(len(e)):
+        for j in range(i + 1, len(e)):
+            a, b = e[i], e[j]
+            if abs(a["t1"] - b["t1"]) / min(a["t1"], b["t1"]) <= max(0.03, 3 * noise):
+                continue
+            s = (a["t1"] - b["t1"]) * (a["predicted"] - b["predicted"])
+            concordant += s > 0
+            discordant += s < 0
+            ties += s == 0
+    return concordant, discordant, ties
+
+
+def tau_b(c, d, ties):
+    """Kendall's tau-b where only the prediction can tie (measured ties were left out)."""
+    return (c - d) / math.sqrt((c + d + ties) * (c + d)) if c + d else float("nan")
 
 
 def summary(results):
-    rows, taus, errors = [], [], []
+    rows, errors, total = [], [], [0, 0, 0]
     for r in results:
         e = [c for c in r["candidates"] if c["ok"]]
         noise = statistics.median(abs(c["t0"] - c["t1"]) / c["t1"] for c in e)
         best = min(e, key=lambda c: c["t1"])
         pick = next(c for c in e if c["how"].startswith("model's pick"))
-        rows.append((r["pipeline"], r["dtype"], pick["t1"] / best["t1"], len(e), noise))
-        concordant = discordant = 0
-        for i in range(len(e)):
-            for j in range(i + 1, len(e)):
-                a, b = e[i], e[j]
-                diff = abs(a["t1"] - b["t1"]) / min(a["t1"], b["t1"])
-                if diff <= max(0.03, 3 * noise):
-                    continue
-                s = (a["t1"] - b["t1"]) * (a["predicted"] - b["predicted"])
-                concordant += s > 0
-                discordant += s < 0
-        if concordant + discordant:
-            taus.append((concordant - discordant) / (concordant + discordant))
-        errors += [abs(math.log(c["predicted"] / c["t1"])) for c in e]
-    print("\n| pipeline | type | candidates | pick / fastest | noise |\n|---|---|---|---|---|")
-    for name, dtype, ratio, n, noise in rows:
-        print(f"| {name} | {dtype} | {n} | {ratio:.3f} | {noise * 100:.1f} % |")
-    print(f"\npicks within 5 %: {sum(r[2] <= 1.05 for r in rows)} of {len(rows)}; "
-          f"Kendall tau (pairs > 3 %): median {statistics.median(taus):.3f}, min {min(taus):.3f}; "
+        tuned = min((c for c in e if c.get("tuned")), key=lambda c: c["t0"], default=pick)
+        c, d, t = pairs(e, noise)
+        total = [total[0] + c, total[1] + d, total[2] + t]
+        err = statistics.median(abs(math.log(c_["predicted"] / c_["t1"])) for c_ in e)
+        errors += [abs(math.log(c_["predicted"] / c_["t1"])) for c_ in e]
+        rows.append((r["pipeline"], r["dtype"], len(r["candidates"]), len(r["candidates"]) - len(e),
+                     pick["t1"] / best["t1"], tuned["t1"] / best["t1"], len(pick["groups"]), len(best["groups"]),
+                     best["how"], tau_b(c, d, t), c + d + t, err, noise))
+    print("\n| pipeline | type | candidates (wrong) | pick / fastest | tuned / fastest | kernels: pick, fastest "
+          "| fastest found as | tau-b (pairs) | median abs ln(pred/meas) | noise |\n|---|---|---|---|---|---|---|---|---|---|")
+    for name, dtype, n, wrong, ratio, tuned, kp, kb, how, tau, npairs, err, noise in rows:
+        print(f"| {name} | {dtype} | {n} ({wrong}) | {ratio:.3f} | {tuned:.3f} | {kp}, {kb} | {how} | "
+              f"{tau:.2f} ({npairs}) | {err:.2f} | {noise * 100:.1f} % |")
+    taus = [r[9] for r in rows if not math.isnan(r[9])]
+    print(f"\n{len(rows)} pipelines. Picks within 5 %: {sum(r[4] <= 1.05 for r in rows)} of {len(rows)}; "
+          f"tuned within 2 %: {sum(r[5] <= 1.02 for r in rows)} of {len(rows)}; "
+          f"Kendall tau-b over all such pairs {tau_b(*total):.3f} ({sum(total)} pairs; per pipeline median "
+          f"{statistics.median(taus):.3f}, min {min(taus):.3f}); "
           f"median |ln(pred/meas)| {statistics.median(errors):.3f}")
 
 

@@ -30,8 +30,48 @@ def test_nvrtc_compiles_every_module(ident, program, name, form):
     options = CompileOptions(fuse=form != "unfused", persistent=form == "persistent", fast_math=form == "fast_math")
     compiled = compile_pipeline(program, name, options)
     flags = (cuda.FAST_OPTIONS if form == "fast_math" else cuda.OPTIONS) + ("-arch=sm_90",)
-    cubin = cuda.nvrtc_compile(compiled.cuda, flags, native=True)
+    cubin, log = cuda.nvrtc_compile(compiled.cuda, flags, native=True)
     assert cubin[:4] == b"\x7fELF"
+    report = cuda.ptxas_functions(log)
+    names = {v.name for launch in compiled.interface.kernels for v in launch.variants}
+    assert names <= set(report) and all(report[n]["regs"] > 0 for n in names)
+
+
+SIN = """extern "C" __global__ void k(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = sinf(x[i]) * cosf(x[i] * 3.0f);
+}"""
+# 64 live values under a cap of 32 registers: ptxas must spill
+SPILLS = """extern "C" __global__ void __launch_bounds__(1024, 2) k(const float* x, float* y, int n) {
+    float v[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    #pragma unroll
+    for (int j = 0; j < 64; ++j) v[j] = x[(i + j * 977) % n];
+    float s = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 64; ++j) s += v[j] * v[63 - j] / (1.0f + v[(j * 7) % 64]);
+    y[i] = s;
+}"""
+
+
+def test_ptxas_report_tells_spills_from_a_stack_frame():
+    """The guard re-plans a kernel that spills. libdevice's sin and cos keep a small
+    array in local memory for their slow argument reduction (on the H200 such
+    kernels report 32 bytes of local memory): a stack frame, not a spill."""
+    flags = cuda.OPTIONS + ("-arch=sm_90",)
+    sin = cuda.ptxas_functions(cuda.nvrtc_compile(SIN, flags, native=True)[1])["k"]
+    assert sin["spill_bytes"] == 0 and 0 < sin["regs"] < 64
+    spills = cuda.ptxas_functions(cuda.nvrtc_compile(SPILLS, flags, native=True)[1])["k"]
+    assert spills["spill_bytes"] > 0 and spills["regs"] <= 32
+
+
+def test_ptxas_report_is_kept_with_the_cubin(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    report = cuda.ptxas_report(SIN, "sm_90")
+    assert report["k"]["regs"] > 0 and report["k"]["spill_bytes"] == 0
+    assert list((tmp_path).rglob("*.json")), "the report is cached beside the cubin"
+    monkeypatch.setattr(cuda, "nvrtc_compile", lambda *a: pytest.fail("compiled again"))
+    assert cuda.ptxas_report(SIN, "sm_90") == report
 
 
 def test_nvrtc_errors_carry_the_log():

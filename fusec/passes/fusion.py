@@ -230,11 +230,11 @@ class Pricer:
 
 def observed_registers(observed) -> dict[tuple[int, ...], dict[int, int]]:
     """group -> {elements per thread: registers}: a compiled kernel's real count,
-    with each 4 bytes of local memory (spills) counted as a register beyond 255,
-    which the cost model prices as spill traffic."""
+    with each 4 spilled bytes counted as a register beyond 255, which the cost
+    model prices as spill traffic."""
     out: dict[tuple[int, ...], dict[int, int]] = {}
     for o in observed:
-        regs = o.regs if not o.local_bytes else max(o.regs, 255) + -(-o.local_bytes // 4)
+        regs = o.regs if not o.spill_bytes else max(o.regs, 255) + -(-o.spill_bytes // 4)
         out.setdefault(tuple(o.group), {})[o.elements_per_thread] = regs
     return out
 

@@ -22,22 +22,25 @@ from fusec.passes.cost import target_costs, warps_per_sm
 @dataclass(frozen=True, slots=True)
 class Observation:
     """A compiled function's real resources: the kernel's stages (their indices in
-    the stage graph), the variant's elements per thread, registers and local bytes."""
+    the stage graph), the variant's elements per thread, registers and spilled
+    bytes (ptxas's spill stores and loads)."""
 
     group: tuple[int, ...]
     elements_per_thread: int
     regs: int
-    local_bytes: int
+    spill_bytes: int
 
 
 def observe(compiled, attributes: Callable[[str], dict]) -> tuple[Observation, ...]:
     """The real resources of each kernel's first variant (the one that runs), from
-    `attributes(variant name)` (a backend's: num_regs, local_size_bytes)."""
+    `attributes(variant name)` (a backend's: num_regs, and spill_bytes as ptxas
+    reported them, else local_size_bytes: a stack frame then counts as a spill)."""
     out = []
     for group, launch in zip(compiled.partition.groups, compiled.interface.kernels):
         variant = launch.variants[0]
         real = attributes(variant.name)
-        out.append(Observation(tuple(group), variant.elements_per_thread, real["num_regs"], real["local_size_bytes"]))
+        out.append(Observation(tuple(group), variant.elements_per_thread, real["num_regs"],
+                               real.get("spill_bytes", real["local_size_bytes"])))
     return tuple(out)
 
 
@@ -48,8 +51,8 @@ def surprises(compiled, observed: tuple[Observation, ...]) -> list[str]:
     for launch, seen in zip(compiled.interface.kernels, observed):
         assumed = launch.prediction.warps if launch.prediction else warps_per_sm(launch.variants[0].est_regs, costs)
         real = warps_per_sm(seen.regs, costs)
-        if seen.local_bytes:
-            reasons.append(f"{launch.variants[0].name} spills ({seen.local_bytes} bytes of local memory a thread, "
+        if seen.spill_bytes:
+            reasons.append(f"{launch.variants[0].name} spills ({seen.spill_bytes} bytes of spill stores and loads, "
                            f"{seen.regs} registers; estimated {launch.variants[0].est_regs})")
         elif real < assumed:
             reasons.append(f"{launch.variants[0].name} uses {seen.regs} registers (estimated "
@@ -76,7 +79,7 @@ def remember(compiled, observed: tuple[Observation, ...]) -> tuple[Observation, 
     """Keeps `observed` beside what was known for the program; returns all of it."""
     program, pipeline, arch = compiled.program, compiled.interface.pipeline, compiled.interface.arch
     known = {(o.group, o.elements_per_thread): o for o in remembered(program, pipeline, arch) + observed}
-    data = json.dumps([[list(o.group), o.elements_per_thread, o.regs, o.local_bytes] for o in known.values()])
+    data = json.dumps([[list(o.group), o.elements_per_thread, o.regs, o.spill_bytes] for o in known.values()])
     cache.write("guard", _key(program, pipeline, arch), ".json", data.encode())
     return tuple(known.values())
 

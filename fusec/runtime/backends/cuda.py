@@ -14,8 +14,10 @@ source, the options, the arch, fusec's version and NVRTC's version.
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -138,38 +140,85 @@ def nvrtc_version() -> str:
     return ".".join(map(str, nvrtc_checked(nvrtc.nvrtcVersion())))
 
 
-def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> bytes:
-    """NVRTC through NVIDIA's bindings: a cubin (native) or PTX, or a RuntimeError with NVRTC's log."""
+def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> tuple[bytes, str]:
+    """NVRTC through NVIDIA's bindings: a cubin (native, with ptxas's report in the
+    log) or PTX, and the log; or a RuntimeError with the log."""
     from cuda.bindings import nvrtc
     program = nvrtc_checked(nvrtc.nvrtcCreateProgram(source.encode(), b"fusec_module.cu", 0, [], []))
     try:
-        flags = [o.encode() for o in options] + [f"-I{d}".encode() for d in include_dirs()]
+        flags = [o.encode() for o in options + (("-Xptxas=-v",) if native else ())] + \
+            [f"-I{d}".encode() for d in include_dirs()]
         error, = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
+        size = nvrtc_checked(nvrtc.nvrtcGetProgramLogSize(program))
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        log = log.decode(errors="replace").rstrip("\x00 ")
         if error:
-            size = nvrtc_checked(nvrtc.nvrtcGetProgramLogSize(program))
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(program, log)
-            raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n"
-                               + log.decode(errors="replace").rstrip("\x00 "))
+            raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n" + log)
         size_of, get = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if native else \
             (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
         code = b" " * nvrtc_checked(size_of(program))
         nvrtc_checked(get(program, code))
-        return code
+        return code, log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+
+
+def ptxas_functions(log: str) -> dict[str, dict[str, int]]:
+    """ptxas's verbose report, per function: registers, stack frame and spilled bytes
+    (stores and loads). A stack frame alone is not a spill: libdevice's sin and cos
+    keep a small array in local memory for their slow argument reduction."""
+    out: dict[str, dict[str, int]] = {}
+    name = None
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            name = m.group(1)
+            out[name] = {"regs": 0, "stack_bytes": 0, "spill_bytes": 0}
+        elif name and (m := _PTXAS_FRAME.search(line)):
+            out[name].update(stack_bytes=int(m.group(1)), spill_bytes=int(m.group(2)) + int(m.group(3)))
+        elif name and (m := _PTXAS_REGS.search(line)):
+            out[name]["regs"] = int(m.group(1))
+    return out
+
+
+def _options(arch: str, native: bool, fast_math: bool) -> tuple[str, ...]:
+    target = arch if native else "compute_" + arch.removeprefix("sm_")
+    return (FAST_OPTIONS if fast_math else OPTIONS) + (f"-arch={target}", f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
+
+
+def _module_key(source: str, options: tuple[str, ...]) -> str:
+    return cache.key(source, *options, __version__, nvrtc_version())
 
 
 def compile_module(source: str, arch: str, native: bool, fast_math: bool = False) -> bytes:
     """Machine code for `arch` (native: the device's own), else PTX for it that
     the driver compiles at load; from the disk cache, else from NVRTC."""
-    target = arch if native else "compute_" + arch.removeprefix("sm_")
-    options = (FAST_OPTIONS if fast_math else OPTIONS) + (f"-arch={target}",
-                                                          f"-DFUSEC_VERSION={__version__.replace('.', '_')}")
+    options = _options(arch, native, fast_math)
+    key = _module_key(source, options)
+
+    def build() -> bytes:
+        code, log = nvrtc_compile(source, options, native)
+        if native:  # kept beside the cubin: what ptxas reported of each function
+            cache.write("cuda", key, ".ptxas.json", json.dumps(ptxas_functions(log)).encode())
+        return code
     # Atomic, digest-checked and built once among concurrent processes (fusec.cache).
-    key = cache.key(source, *options, __version__, nvrtc_version())
-    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx",
-                               lambda: nvrtc_compile(source, options, native))
+    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build)
+
+
+def ptxas_report(source: str, arch: str, fast_math: bool = False) -> dict[str, dict[str, int]]:
+    """{function: registers, stack and spilled bytes} that ptxas reported when it
+    built this module for `arch` (compiled now if it is not in the cache)."""
+    compile_module(source, arch, native=True, fast_math=fast_math)
+    options = _options(arch, True, fast_math)
+    data = cache.read("cuda", _module_key(source, options), ".ptxas.json")
+    if data is None:  # the cubin was kept but not its report (a full disk): compile again for it
+        return ptxas_functions(nvrtc_compile(source, options, True)[1])
+    return json.loads(data)
 
 
 def load_module(source: str, arch: str, fast_math: bool = False):
@@ -205,6 +254,7 @@ class CudaBackend:
         self.arch = arch or device_arch()
         self.arrays = DeviceArrays(cp, self.device)
         module = load_module(cuda_source, self.arch, interface.fast_math)
+        self._source, self._fast_math, self._report = cuda_source, interface.fast_math, None
         self.functions = {}  # variant -> (function, block, argument buffer)
         for launch in interface.kernels:
             for variant in launch.variants:
@@ -218,9 +268,20 @@ class CudaBackend:
     def attributes(self, variant: str) -> dict:
         """What the compiled function really uses, for the report."""
         function, block, _ = self.functions[variant]
+        local = function_attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")
+        reported = self._ptxas().get(variant)
         return {"arch": self.arch, "num_regs": function_attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                "local_size_bytes": function_attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+                "local_size_bytes": local,
+                # spills as ptxas counted them; without its report, all local memory is taken for spills
+                "spill_bytes": reported["spill_bytes"] if reported else local,
                 "block": block}
+
+    def _ptxas(self) -> dict:
+        """ptxas's report of this module's functions ({} when the module was PTX JIT-compiled by the driver)."""
+        if self._report is None:
+            native = self.arch == device_arch()
+            self._report = ptxas_report(self._source, self.arch, self._fast_math) if native else {}
+        return self._report
 
     # ---- launching
     def block(self, variant: str) -> int:
