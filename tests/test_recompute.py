@@ -58,18 +58,27 @@ SHARED = """pipeline wide(a: f32[n], b: f32[n], x0: f32[n], x1: f32[n], x2: f32[
 """
 
 
-def shared_temporary(outputs: int) -> str:
+def shared_temporary(outputs: int, fn: str = "sin") -> str:
     outs = ", ".join(f"y{j}: f32[n]" for j in range(outputs))
-    body = "\n".join(f"    y{j} = tanh(" + " + ".join(f"sin(x{i} * t * {0.1 + 0.01 * (i + j):.2f})" for i in range(6))
+    body = "\n".join(f"    y{j} = tanh(" + " + ".join(f"{fn}(x{i} * t * {0.1 + 0.01 * (i + j):.2f})" for i in range(6))
                      + ");" for j in range(outputs))
     return SHARED.format(outs=outs, body=body)
 
 
 def test_a_temporary_read_across_a_split_is_recomputed_not_stored():
-    c = compiled(shared_temporary(24))
+    """Memory-bound kernels: storing t and reading it back costs more than its multiply."""
+    c = compiled(shared_temporary(48, fn=""))
     assert len(c.interface.kernels) > 1  # wide enough that the model splits it
     assert "t" not in {a.buffer for k in c.interface.kernels for a, _ in k.kernel.stores}
     assert notes(c)["t"].startswith("recomputed in y0, y1,")
+
+
+def test_a_temporary_beside_compute_bound_kernels_is_stored():
+    """Compute-bound kernels hide its store and load under their arithmetic: recomputing
+    it would only add arithmetic."""
+    c = compiled(shared_temporary(24))
+    assert len(c.interface.kernels) > 1 and all(k.prediction.bound == "compute" for k in c.interface.kernels)
+    assert notes(c)["t"].startswith("stored, not recomputed in y0, y1,")
 
 
 def test_one_kernel_needs_no_recompute():

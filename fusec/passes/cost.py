@@ -4,8 +4,8 @@ For one kernel over N elements, running the variant that runs (the first in
 the launch order; arrays are assumed aligned):
 
     memory  = bytes(N) / BW(KiB of loads in flight per SM)
-    compute = N * sum(op costs) / efficiency(warps per SM)
-    time    = launch + max(memory, compute) + OVERLAP * min(memory, compute)
+    compute = N * sum(op costs) * op_scale / min(1, warps per SM / alu_full_warps)
+    time    = launch + max(memory, compute) + overlap * min(memory, compute)
 
 - occupancy: warps per SM from the variant's register estimate (registers are
   allocated per warp in units of 256; 8-warp blocks; at most 64 warps);
@@ -16,6 +16,11 @@ the launch order; arrays are assumed aligned):
   bandwidth, 8 to 64 warps, 4 to 32 bytes a thread);
 - op costs: benchmarks/op_costs.py (each op, f32 and f64, in fusec's own
   emitted code with the whole GPU busy), in picoseconds per element;
+- arithmetic throughput falls in proportion to the warps per SM below
+  alu_full_warps (too few warps to hide the latency of libdevice's dependent
+  chains): on the H200 a wide transcendental kernel at 32 warps ran 1.22x the
+  time of the same work at 40 (the decision-quality run; op_scale, overlap and
+  alu_full_warps are fitted to its 2058 timed partitions);
 - a register estimate beyond 255 spills: each register beyond is a store and
   a load of 4 bytes an element through local memory.
 
@@ -78,7 +83,8 @@ class TargetCosts:
     in_flight_kib: float         # x0 of BW(x): KiB in flight per SM for 63 % of the copy bandwidth
     launch_us: float             # one kernel's launch and tail on the device
     overlap: float               # the share of the shorter of memory and compute that does not overlap
-    alu_half_warps: float        # warps at which arithmetic runs at half its full-occupancy rate
+    alu_full_warps: float        # warps per SM from which arithmetic runs at its full rate
+    op_scale: float              # the op table's figures in a fused kernel (fitted)
     op_ps: dict                  # {"f32"|"f64": {op: picoseconds per element}}
     default_op_ps: float         # an op not in the table (a compare, a select, a cast)
     measured: str
@@ -100,7 +106,8 @@ def target_costs(arch: str, fast_math: bool = False) -> TargetCosts:
         arch=arch, sms=data["sms"], registers_per_sm=data["registers_per_sm"],
         max_warps_per_sm=warps, copy_tb_per_s=data["model"]["copy_tb_per_s"],
         in_flight_kib=data["model"]["in_flight_kib"], launch_us=data["model"]["launch_us"],
-        overlap=data["model"]["overlap"], alu_half_warps=data["model"]["alu_half_warps"],
+        overlap=data["model"]["overlap"], alu_full_warps=data["model"]["alu_full_warps"],
+        op_scale=data["model"]["op_scale"],
         op_ps=_op_table(data, fast_math), default_op_ps=data["model"]["default_op_ps"],
         measured=data["measured"] if not stated else f"sm_90's figures (no measurement for {arch})")
     return costs
@@ -121,7 +128,7 @@ def compute_ps(kernel: Kernel, costs: TargetCosts) -> float:
             continue
         bits64 = ins.type.compute.bits == 64
         total += costs.op_cost(ins.op, bits64)
-    return total
+    return total * costs.op_scale
 
 
 def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts, iterations: int = 1) -> Prediction:
@@ -136,8 +143,7 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     in_flight_kib = warps * 32 * max(loaded_per_thread, 1) / 1024
     bandwidth = costs.copy_tb_per_s * (1 - math.exp(-in_flight_kib / costs.in_flight_kib))
     memory_us = elements * moved_total / (bandwidth * 1e12) * 1e6
-    half = costs.alu_half_warps
-    efficiency = (warps / (warps + half)) / (costs.max_warps_per_sm / (costs.max_warps_per_sm + half))
+    efficiency = min(1.0, warps / costs.alu_full_warps)
     compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6
     us = costs.launch_us + max(memory_us, compute_us) + costs.overlap * min(memory_us, compute_us)
     return Prediction(us, memory_us, compute_us, warps, moved)
