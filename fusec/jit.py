@@ -149,9 +149,18 @@ class JitPipeline:
     @functools.cached_property
     def compiled(self) -> Compiled:
         """The compiled pipeline, planned with what earlier compiles for this target
-        observed of real registers (passes.guard)."""
-        observed = guard.remembered(self.program, self.name, self.arch) if self.backend == "cuda" else ()
-        return compile_pipeline(self.program, self.name, self.compile_options(observed=observed))
+        observed of real registers (passes.guard), and on the cuda backend with
+        the real registers of the close candidates (guard.refine)."""
+        if self.backend != "cuda":
+            return compile_pipeline(self.program, self.name, self.compile_options())
+        from fusec.runtime.backends.cuda import ptxas_observations
+        observed = guard.remembered(self.program, self.name, self.arch)
+        options = self.compile_options(observed=observed)
+        compiled = compile_pipeline(self.program, self.name, options)
+        # Close candidates compiled, and the choice made again on their real registers.
+        return guard.refine(compiled, options,
+                            lambda **changes: compile_pipeline(self.program, self.name, replace(options, **changes)),
+                            lambda candidate: ptxas_observations(candidate, self.arch, self.options.fast_math))
 
     @functools.cached_property
     def unfused(self) -> "JitPipeline":

@@ -1,6 +1,7 @@
 """The fusion decisions the cost model makes on hand-made cases, the guard after
 compiling (driven by a made-up report of what ptxas gave), and --fuse."""
 import json
+from dataclasses import replace
 
 import pytest
 from helpers import ROOT
@@ -125,3 +126,38 @@ def test_fuse_all_ignores_the_budget_and_auto_honours_it():
     assert all(k.variants[0].est_regs <= 48 or len(k.kernel.stages) == 1 for k in capped.interface.kernels)
     with pytest.raises(ValueError, match="fuse= takes"):
         fusec.jit(wide(8), fuse="some")
+
+
+def test_close_candidates_are_compiled_and_the_choice_made_on_their_real_registers(tmp_path, monkeypatch):
+    """guard.refine, driven by a made-up ptxas: the model's one kernel for wide(8)
+    really takes 64 registers (32 warps, where arithmetic slows), every other
+    kernel as estimated: the choice moves to a split, and says why."""
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    p = program(wide(8))
+    options = CompileOptions()
+    compiled = compile_pipeline(p, "w", options)
+    (whole,) = compiled.partition.groups
+    built = []
+
+    def compile_with(**changes):
+        built.append(changes)
+        return compile_pipeline(p, "w", replace(options, **changes))
+
+    def registers(candidate):
+        return guard.observe(candidate, lambda v: {"num_regs": 64 if len(candidate.partition.groups) == 1 else
+                                                   next(k.variants[0].est_regs for k in candidate.interface.kernels
+                                                        if k.variants[0].name == v), "spill_bytes": 0})
+    refined = guard.refine(compiled, options, compile_with, registers)
+    assert sum("partition" in c for c in built) >= 2  # the close candidates, each compiled
+    assert len(refined.partition.groups) > 1
+    assert any("real registers" in d.reason for d in refined.interface.notes)
+    assert any(o.group == tuple(whole) and o.regs == 64 for o in guard.remembered(p, "w", "sm_90"))
+    # Where ptxas agrees with the estimate, the choice stands.
+    agreeing = guard.refine(compiled, options, lambda **c: compile_pipeline(p, "w", replace(options, **c)),
+                            lambda c: guard.observe(c, lambda v: {"num_regs": next(
+                                k.variants[0].est_regs for k in c.interface.kernels if k.variants[0].name == v),
+                                "spill_bytes": 0}))
+    assert agreeing.partition.groups == compiled.partition.groups
+    # Not in the other fuse modes, nor for a partition chosen elsewhere (fusec tune).
+    for other in (CompileOptions(fuse="all"), CompileOptions(partition=compiled.partition.groups)):
+        assert guard.refine(compiled, other, lambda **c: pytest.fail("compiled"), registers) is compiled

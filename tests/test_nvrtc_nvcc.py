@@ -101,3 +101,28 @@ print(hashlib.sha256(cuda.compile_module(f.cuda_source, "sm_90", native=True)).h
     digests = {out.strip() for out, _ in results}
     cubins = list((tmp_path / "cache").rglob("*.cubin"))
     assert len(cubins) == 1 and digests == {hashlib.sha256(cubins[0].read_bytes()).hexdigest()}
+
+
+def test_close_candidates_are_refined_on_ptxas_registers(tmp_path, monkeypatch):
+    """guard.refine with the real ptxas (through NVRTC, no device): the wide example's
+    close candidates compiled, each function's registers as ptxas counted them remembered."""
+    from dataclasses import replace
+
+    from helpers import ROOT
+
+    from fusec.frontend import load
+    from fusec.passes import guard
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    program = load(str(ROOT / "examples/fusion_hurts.fz"))
+    name = program.pipelines[0].name
+    options = CompileOptions()
+    compiled = compile_pipeline(program, name, options)
+    refined = guard.refine(compiled, options, lambda **c: compile_pipeline(program, name, replace(options, **c)),
+                           lambda c: cuda.ptxas_observations(c, "sm_90"))
+    seen = guard.remembered(program, name, "sm_90")
+    assert len(seen) >= 2 and all(0 < o.regs <= 255 and o.spill_bytes == 0 for o in seen)
+    report = cuda.ptxas_report(refined.cuda, "sm_90")
+    for group, launch in zip(refined.partition.groups, refined.interface.kernels):
+        real = next((o.regs for o in seen if o.group == tuple(group)
+                     and o.elements_per_thread == launch.variants[0].elements_per_thread), None)
+        assert real is None or real == report[launch.variants[0].name]["regs"]

@@ -40,7 +40,7 @@ def observe(compiled, attributes: Callable[[str], dict]) -> tuple[Observation, .
         variant = launch.variants[0]
         real = attributes(variant.name)
         out.append(Observation(tuple(group), variant.elements_per_thread, real["num_regs"],
-                               real.get("spill_bytes", real["local_size_bytes"])))
+                               real["spill_bytes"] if "spill_bytes" in real else real["local_size_bytes"]))
     return tuple(out)
 
 
@@ -93,3 +93,36 @@ def replan(compiled, observed: tuple[Observation, ...], compile_again: Callable[
     again = compile_again(remember(compiled, observed))
     notes = tuple(Decision("guard", 0, False, f"{r}: planned again with the real registers") for r in reasons)
     return replace(again, interface=replace(again.interface, notes=again.interface.notes + notes))
+
+
+# Close candidates: within this share of the best prediction, at most this many compiled.
+CLOSE = 0.10
+CLOSE_COMPILED = 4
+
+
+def refine(compiled, options, compile_with: Callable[..., object],
+           registers: Callable[[object], tuple[Observation, ...]]):
+    """Before the first launch, where the model's best partitions are close: the
+    top few compiled (NVRTC and ptxas, no device needed), their real registers
+    and spills read (`registers(candidate)`), and the pipeline planned again
+    with them, so the estimate only prunes. `compiled` was compiled with
+    `options` (CompileOptions); `compile_with(**changes)` compiles the pipeline
+    with some of them changed. Returns `compiled` where nothing is close or the
+    fuse mode is not auto; the observations are remembered."""
+    from fusec.passes.fusion import FusionOptions, ranked_partitions
+    if options.fuse != "auto" or options.partition is not None:
+        return compiled
+    ranked = ranked_partitions(compiled.graph, FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch,
+                                                             fast_math=options.fast_math, observed=options.observed))
+    close = [groups for us, _, groups in ranked if us <= ranked[0][0] * (1 + CLOSE)][:CLOSE_COMPILED]
+    known = {(o.group, o.elements_per_thread) for o in options.observed}
+    observed = tuple(options.observed)
+    for groups in close:
+        candidate = compile_with(partition=tuple(map(tuple, groups)))
+        observed += tuple(o for o in registers(candidate) if (o.group, o.elements_per_thread) not in known)
+    if len(close) < 2 or observed == tuple(options.observed):
+        return compiled
+    again = compile_with(observed=remember(compiled, observed))
+    note = Decision("guard", 0, False, f"{len(close)} partitions within {CLOSE:.0%} of the best prediction "
+                                       "compiled, and the choice made again with their real registers")
+    return replace(again, interface=replace(again.interface, notes=again.interface.notes + (note,)))

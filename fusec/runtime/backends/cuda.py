@@ -221,6 +221,16 @@ def ptxas_report(source: str, arch: str, fast_math: bool = False) -> dict[str, d
     return json.loads(data)
 
 
+def ptxas_observations(compiled, arch: str, fast_math: bool = False) -> tuple:
+    """The guard's observations of `compiled` (passes.guard.Observation) from
+    ptxas's report: its real registers and spills, with no device needed."""
+    from fusec.passes import guard
+    report = ptxas_report(compiled.cuda, arch, fast_math)
+    return guard.observe(compiled, lambda variant: {"num_regs": report[variant]["regs"],
+                                                    "spill_bytes": report[variant]["spill_bytes"],
+                                                    "local_size_bytes": report[variant]["stack_bytes"]})
+
+
 def load_module(source: str, arch: str, fast_math: bool = False):
     """The loaded module (a CUmodule) for this source on the current device
     (memory, then disk, then NVRTC)."""
