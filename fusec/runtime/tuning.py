@@ -36,20 +36,24 @@ def shape_class(dims: dict[str, int]) -> tuple:
 
 
 def candidates(compiled: Compiled, options: CompileOptions) -> list[tuple[tuple, str, float]]:
-    """(groups, how it was found, predicted µs): the model's best and their neighbours."""
+    """(groups, how it was found, predicted µs): the compiled choice (refined on real
+    registers where it was), the model's best, and the choice's neighbours."""
     graph = compiled.graph
-    fusion = FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch, fast_math=options.fast_math)
+    fusion = FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch, fast_math=options.fast_math,
+                           observed=options.observed)
     ranked = ranked_partitions(graph, fusion)
-    found: dict[tuple, tuple[str, float]] = {}
+    chosen = tuple(map(tuple, compiled.partition.groups))
+    found: dict[tuple, tuple[str, float]] = {chosen: ("the model's choice", predict_partition(graph, chosen, fusion))}
     for us, how, groups in ranked[:5]:
         found.setdefault(tuple(map(tuple, groups)), (how, us))
     if ranked:
         ctx = Context.of(graph)
-        for groups in neighbours(ctx, [list(g) for g in ranked[0][2]]):
+        for groups in neighbours(ctx, [list(g) for g in chosen]):
             key = tuple(map(tuple, groups))
             if key not in found:
                 found[key] = ("neighbour of the model's pick", predict_partition(graph, groups, fusion))
-    best = sorted(found.items(), key=lambda item: item[1][1])[:MAX_CANDIDATES]
+    rest = sorted((item for item in found.items() if item[0] != chosen), key=lambda item: item[1][1])
+    best = [(chosen, found[chosen])] + rest[:MAX_CANDIDATES - 1]
     return [(groups, how, us) for groups, (how, us) in best]
 
 
