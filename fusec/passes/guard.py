@@ -115,12 +115,14 @@ def refine(compiled, options, compile_with: Callable[..., object],
     ranked = ranked_partitions(compiled.graph, FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch,
                                                              fast_math=options.fast_math, observed=options.observed))
     close = [groups for us, _, groups in ranked if us <= ranked[0][0] * (1 + CLOSE)][:CLOSE_COMPILED]
+    if len(close) < 2:  # nothing close: the estimate decided alone
+        return compiled
     known = {(o.group, o.elements_per_thread) for o in options.observed}
     observed = tuple(options.observed)
     for groups in close:
         candidate = compile_with(partition=tuple(map(tuple, groups)))
         observed += tuple(o for o in registers(candidate) if (o.group, o.elements_per_thread) not in known)
-    if len(close) < 2 or observed == tuple(options.observed):
+    if observed == tuple(options.observed):
         return compiled
     again = compile_with(observed=remember(compiled, observed))
     note = Decision("guard", 0, False, f"{len(close)} partitions within {CLOSE:.0%} of the best prediction "
