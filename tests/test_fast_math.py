@@ -21,7 +21,19 @@ def test_only_f32_functions_with_an_approximation_change():
     assert op_expr("erf", F32, F32, ["x"], fast=True) == "erff(x)"      # no hardware form
     assert op_expr("log1p", F32, F32, ["x"], fast=True) == "log1pf(x)"
     assert op_expr("exp", F32, F32, ["x"]) == "expf(x)"                  # off by default
-    assert set(FAST_FUNCTIONS) == {"exp", "log", "log2", "log10", "sin", "cos", "tan", "pow", "div", "sigmoid"}
+    assert op_expr("tanh", F32, F32, ["x"], fast=True) == "fz_tanh_fast(x)"  # PTX tanh.approx.f32
+    assert op_expr("tanh", F64, F64, ["x"], fast=True) == "tanh(x)"
+    assert set(FAST_FUNCTIONS) == {"exp", "log", "log2", "log10", "sin", "cos", "tan", "tanh", "pow", "div",
+                                   "sigmoid"}
+
+
+def test_fast_tanh_is_the_hardware_instruction_on_the_gpu_and_accurate_elsewhere():
+    """GELU's tanh form: with fast math its tanh is PTX's tanh.approx.f32 on sm_75 and
+    later (guarded by __CUDA_ARCH__, so the sim and older targets keep tanhf)."""
+    gelu = "pipeline g(x: f32[n]) -> (y: f32[n]) { y = 0.5 * x * (1.0 + tanh(0.79788456 * x)); }"
+    fast = fusec.jit(gelu, fast_math=True, backend="numpy").cuda_source
+    assert "fz_tanh_fast(" in fast and "tanh.approx.f32" in fast and "__CUDA_ARCH__ >= 750" in fast
+    assert "tanh.approx" not in fusec.jit(gelu, backend="numpy").cuda_source
 
 
 def test_the_module_says_it_is_fast_and_uses_the_intrinsics(run_cli):
