@@ -51,8 +51,8 @@ def _grid_name(grid) -> str:
             return "device_fill"
         case WorkItemGrid():
             return "work_items"
-        case RowGrid():
-            return "rows"
+        case RowGrid(rows_per_block):
+            return "a block per row" if rows_per_block == 1 else f"a warp per row ({rows_per_block} a block)"
         case ColumnGrid(chunks):
             return "columns" if chunks == 1 else f"columns x {chunks}"
         case _:
@@ -67,6 +67,8 @@ def kernel_report(interface: LaunchInterface, launch: KernelLaunch, backend=None
     for v in launch.variants:
         entry = {"name": v.name, "elements_per_thread": v.elements_per_thread, "grid": _grid_name(v.grid),
                  "est_regs": v.est_regs, "alignment": {slots[slot]: size for slot, size in v.alignment}}
+        if v.max_row is not None:  # the runtime's choice by the row's length
+            entry["max_row"] = v.max_row
         if hasattr(backend, "attributes"):  # compiled: the function's real registers and local memory
             entry.update(backend.attributes(v.name))
         variants.append(entry)

@@ -34,6 +34,14 @@ FOREACH_CHUNK = 8192
 # memory (L2) in each pass. Not yet measured on the H200.
 ROW_CACHE_BYTES = 47 * 1024
 
+# Row kernels: a warp per row (eight rows a block of 256, combined by shuffles
+# alone, no barrier) for rows of at most WARP_ROW_MAX elements, a block per row
+# beyond. A stated default, not yet measured on the H200: `fusec bench
+# --row-length N` times whichever the runtime takes at N, and
+# benchmarks/rows_device.sh the lengths either side.
+WARP_ROW_MAX = 1024
+WARP_ROWS_PER_BLOCK = BLOCK_SIZE // 32
+
 # The register budget a fused kernel may not exceed is a number of 32-bit
 # registers per thread; ptxas allocates at most this many.
 MIN_REGS, MAX_REGS = 16, 255

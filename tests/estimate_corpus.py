@@ -362,7 +362,9 @@ def functions(family: str, launch: KernelLaunch) -> list[Function]:
     out = []
     for variant in launch.variants:
         shape = variant_shape(launch.form, variant.elements_per_thread)
-        form = "scalar" if shape == VariantShape() else FORM_NAMES[type(launch.form)]
+        if getattr(variant.grid, "rows_per_block", 1) > 1:  # a row kernel's warp-per-row variant
+            shape = replace(shape, warp=True)
+        form = "scalar" if shape == VariantShape() else FORM_NAMES[type(launch.form)] + ("-warp" if shape.warp else "")
         out.append(Function(family, form, variant.name, launch.kernel, shape, estimate_kernel(launch.kernel, shape)))
     return out
 

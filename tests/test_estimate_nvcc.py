@@ -11,7 +11,7 @@ from estimate_corpus import cases, compile_case, far_under, measure, summary, wi
 
 pytestmark = pytest.mark.nvcc
 
-FORMS = {"scalar", "vector", "grid-stride", "loop", "multi-tensor", "row", "column"}
+FORMS = {"scalar", "vector", "grid-stride", "loop", "multi-tensor", "row", "row-warp", "column"}
 FAMILIES = {"simple", "wide", "deep", "multi-output", "transcendental", "many-live", "f16", "bf16", "f64", "integer",
             "broadcast", "loop", "example"}
 # Functions where ptxas uses far more registers than the estimate says, for

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fusec
+from fusec.target import WARP_ROW_MAX
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import FzError, Source
 from fusec.frontend import check_source
@@ -204,9 +205,11 @@ SOFTMAX = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) {\n    m = row_max(x);\n  
 def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
     compiled = compile_text(SOFTMAX)
     (launch,) = compiled.interface.kernels
-    assert (launch.form, [v.grid for v in launch.variants]) == (RowBlock(), [RowGrid(), RowGrid()])
-    # x is read in three passes: the first variant keeps the row in shared memory, 4 bytes an element.
-    assert [(v.name, v.row_cache) for v in launch.variants] == [("p_k0_cached", 4), ("p_k0", 0)]
+    assert (launch.form, [v.grid for v in launch.variants]) == (RowBlock(), [RowGrid(8), RowGrid(), RowGrid()])
+    # Rows up to WARP_ROW_MAX a warp each; longer ones a block each, where x (read in three
+    # passes) is kept in shared memory by the first block variant, 4 bytes an element.
+    assert [(v.name, v.row_cache, v.max_row) for v in launch.variants] == [
+        ("p_k0_warp", 0, WARP_ROW_MAX), ("p_k0_cached", 4, None), ("p_k0", 0, None)]
     assert [a.buffer for a in launch.kernel.loads] == ["x"]
     assert [a.buffer for a, _ in launch.kernel.stores] == ["y"]
     reductions = [ins.op for ins in launch.kernel.body.instrs if ins.op.startswith("row_")]

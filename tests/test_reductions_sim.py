@@ -1,6 +1,6 @@
-"""Row reductions on the sim (sim tier): the emitted row kernels (one block per
-row: passes over the row, warp shuffles, shared memory, barriers) run on the
-CPU, fused and unfused, against the NumPy reference: max, min and pick exactly,
+"""Row reductions on the sim (sim tier): the emitted row kernels (each strategy
+forced: a warp per row, shuffles alone; a block per row, shuffles, shared
+memory and barriers; passes over the row) run on the CPU, fused and unfused, against the NumPy reference: max, min and pick exactly,
 sums within the README's bound, and the fused form equal to the unfused one bit
 for bit (the same reduction order in both)."""
 import math
@@ -20,6 +20,19 @@ EPS32 = float(np.finfo(np.float32).eps)
 LENGTHS = [1, 7, 33, 257, 1000]
 
 
+@pytest.fixture(params=["warp", "block"])
+def strategy(request, monkeypatch):
+    """Each row strategy forced, whatever the row's length: a warp per row (the
+    runtime's choice up to target.WARP_ROW_MAX elements) or a block per row."""
+    import fusec.passes.variants as variants
+    monkeypatch.setattr(variants, "WARP_ROW_MAX", 1 << 62 if request.param == "warp" else -1)
+    return request.param
+
+
+def launched_strategy(f) -> str:
+    return "warp" if f._runner.backend.launched[-1].endswith("_warp") else "block"
+
+
 def run(source: str, *args, fuse="auto"):
     return fusec.jit(source, backend="sim", fuse=fuse)(*args)
 
@@ -31,7 +44,7 @@ def within_sum_bound(got, want, x):
 
 
 @pytest.mark.parametrize("length", LENGTHS)
-def test_every_reduction_against_the_reference(length):
+def test_every_reduction_against_the_reference(length, strategy):
     rng = np.random.default_rng(length)
     x = (rng.standard_normal((5, length)) * 10).astype(np.float32)
     x[1, length // 2] = np.nan
@@ -43,7 +56,9 @@ def test_every_reduction_against_the_reference(length):
               "    v = row_var(x); l = row_logsumexp(x); k = row_pick(x, j);\n}")
     want = fusec.jit(source, backend="numpy")(x, index)
     for fuse in ("auto", "none"):
-        got = run(source, x, index, fuse=fuse)
+        f = fusec.jit(source, backend="sim", fuse=fuse)
+        got = f(x, index)
+        assert launched_strategy(f) == strategy
         s, mu, hi, lo, v, lse, k = got
         np.testing.assert_array_equal(hi, want[2])
         np.testing.assert_array_equal(lo, want[3])
@@ -61,7 +76,7 @@ def test_every_reduction_against_the_reference(length):
 
 
 @pytest.mark.parametrize("path", [p for p in EXAMPLES if "row_" in p.read_text()], ids=lambda p: p.stem)
-def test_each_row_example_fused_equals_unfused_bit_for_bit_and_the_reference_closely(path):
+def test_each_row_example_fused_equals_unfused_bit_for_bit_and_the_reference_closely(path, strategy):
     module = fusec.jit(str(path), backend="sim")
     unfused = fusec.jit(str(path), backend="sim", fuse="none")
     reference = fusec.jit(str(path), backend="numpy")
@@ -82,7 +97,7 @@ def test_each_row_example_fused_equals_unfused_bit_for_bit_and_the_reference_clo
                                        err_msg=pipeline.name)
 
 
-def test_leading_dims_broadcasts_and_per_row_inputs():
+def test_leading_dims_broadcasts_and_per_row_inputs(strategy):
     """A 3-D row space, a per-column weight, a per-row input broadcast along the
     middle dim, per-row results returned, each dim its own size."""
     rng = np.random.default_rng(2)
@@ -98,7 +113,7 @@ def test_leading_dims_broadcasts_and_per_row_inputs():
         np.testing.assert_array_equal(y, want[0])
 
 
-def test_softmax_of_huge_values_does_not_overflow_and_empty_rows_get_their_identity():
+def test_softmax_of_huge_values_does_not_overflow_and_empty_rows_get_their_identity(strategy):
     x = np.array([[3e38, 3e38, -3e38], [-1e30, -1e30, -1e30]], np.float32)
     source = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) { m = row_max(x); e = exp(x - m); y = e / row_sum(e); }"
     y = run(source, x)
@@ -109,7 +124,7 @@ def test_softmax_of_huge_values_does_not_overflow_and_empty_rows_get_their_ident
     np.testing.assert_array_equal(s[1], [[-math.inf]] * 3)
 
 
-def test_an_inout_row_normalised_in_place():
+def test_an_inout_row_normalised_in_place(strategy):
     x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
     want = x / x.sum(-1, keepdims=True)
     f = fusec.jit("pipeline p(inout x: f32[r, c]) { x = x / row_sum(x); }", backend="sim")
@@ -119,6 +134,8 @@ def test_an_inout_row_normalised_in_place():
 
 @pytest.mark.parametrize("length,variant", [(300, "p_k0_cached"), (12032, "p_k0_cached"), (12033, "p_k0")])
 def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeypatch):
+    import fusec.passes.variants as variants
+    monkeypatch.setattr(variants, "WARP_ROW_MAX", -1)  # the block-per-row variants
     """A row kernel that reads x in several passes keeps it in shared memory (47
     KiB: 12032 f32 elements; the static partials take from the same 48) and
     reads it again from memory beyond; both give the same bits."""
@@ -141,6 +158,20 @@ def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeyp
         assert g._runner.backend.launched[-1] == "p_k0"
         np.testing.assert_array_equal(again[0], y)
         np.testing.assert_array_equal(again[1], s)
+
+
+@pytest.mark.parametrize("rows,length", [(3, 1024), (9, 1025), (17, 40)])
+def test_the_runtime_takes_a_warp_per_row_up_to_its_limit_and_a_block_beyond(rows, length):
+    """Rows of at most target.WARP_ROW_MAX elements a warp each (eight a block: a
+    count of rows not a multiple of eight leaves a block's last warps idle), longer
+    rows a block each; each equals the other strategy bit for bit."""
+    from fusec.target import WARP_ROW_MAX
+    x = np.random.default_rng(length).standard_normal((rows, length)).astype(np.float32)
+    source = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) { m = row_max(x); e = exp(x - m); y = e / row_sum(e); }"
+    f = fusec.jit(source, backend="sim")
+    y = f(x)
+    assert launched_strategy(f) == ("warp" if length <= WARP_ROW_MAX else "block")
+    np.testing.assert_allclose(y, fusec.jit(source, backend="numpy")(x), rtol=1e-6, atol=1e-7)
 
 
 def test_statements_in_a_repeat_over_a_reductions_rows_stay_out_of_its_row_kernel():

@@ -233,7 +233,8 @@ class _KernelEmitter:
                 "pointers": pointers, "vector_body": vector_body, **self._scalar_body(self.i, namer)}
 
     def _row_variant(self, variant: Variant) -> dict:
-        """One block per row, as its RowSchedule says: pass r computes the
+        """One block per row (or, for a RowGrid of several rows a block, one warp
+        per row), as its RowSchedule says: pass r computes the
         per-element values round r's reductions reduce, and combines them across
         the block; per-row values are computed once their round is reached; a
         last pass stores the row's elements, and thread 0 the per-row values.
@@ -246,7 +247,9 @@ class _KernelEmitter:
         self.helpers.add("rows")
         last = len(k.extents) - 1
         length = self.extents[last] if last else self.n
+        warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
         row, col = namer.fresh("row"), namer.fresh("col")
+        lane = namer.fresh("lane") if warp else None
         coordinates, coordinate_names = self._row_coordinates(row, namer)
         per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
                          for a in k.loads if not a.present[-1]}
@@ -323,6 +326,8 @@ class _KernelEmitter:
                 steps.append(f"{acc} = {op}()({acc}, {value});")
                 combine.append((acc, op, partial))
                 refs[idx] = acc
+            if warp:
+                combine = [(var, op, None) for var, op, _ in combine]
             passes.append({"init": init, "lines": loop["lines"], "steps": steps, "combine": combine,
                            "after": finish + per_row(round_)})
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
@@ -332,9 +337,11 @@ class _KernelEmitter:
                                for a, at in element_stores]
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
+        rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches),
-                "partials": [(t, name) for t, name in partials.items()], "passes": passes, "final": final,
-                "row_stores": row_stores}
+                "partials": [] if warp else [(t, name) for t, name in partials.items()], "passes": passes,
+                "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows,
+                "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row}
 
     def _column_variant(self, chunks: int) -> dict:
         """A thread per column and run of rows (ColumnReduce): the body at each

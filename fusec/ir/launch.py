@@ -108,7 +108,11 @@ class WorkItemGrid:
 
 @dataclass(frozen=True, slots=True)
 class RowGrid:
-    """One block per row: the product of the collapsed extents but the last."""
+    """`rows_per_block` rows a block (1: a block per row; the block's warps
+    otherwise, a warp per row): ceil(rows / rows_per_block) blocks, the rows
+    the product of the collapsed extents but the last."""
+
+    rows_per_block: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,8 @@ class Variant:
     row_cache: a row kernel's bytes of shared memory per element of the row
     (its inputs kept from the first pass for the next); the runtime takes the
     variant only where a row's worth fits in target.ROW_CACHE_BYTES.
+    max_row: the runtime takes the variant only for rows of at most this many
+    elements (None: any length): a row kernel's warp-per-row variant.
     """
 
     name: str
@@ -141,6 +147,7 @@ class Variant:
     alignment: tuple[tuple[int, int], ...] = ()
     whole_rows: bool = False
     row_cache: int = 0
+    max_row: int | None = None
 
 
 # ---- parameters --------------------------------------------------------------

@@ -142,12 +142,11 @@ def _params(kernel: Kernel, form: Form, slots: dict[str, int]) -> tuple[KernelPa
         return tuple(params) + (KernelParam("const long long*", namer.fresh("table"), WorkItems()),
                                 KernelParam(size, namer.fresh("chunks"), WorkItemCount(), I64))
     params.append(KernelParam(size, namer.fresh("n"), NumElements(), I64))
-    if isinstance(form, ColumnReduce):  # every extent: the rows, the columns, and coordinates
+    # Every extent: a column kernel's rows, columns and coordinates; a row kernel's
+    # rows (the warp-per-row variant bounds its rows by them), length and coordinates.
+    if isinstance(form, (ColumnReduce, RowBlock)):
         return tuple(params) + tuple(KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64)
                                      for j in range(len(kernel.extents)))
-    if isinstance(form, RowBlock):  # every extent but the first: the row's length, and coordinates
-        return tuple(params) + tuple(KernelParam(size, namer.fresh(f"e{j}"), Extent(j), I64)
-                                     for j in range(1, len(kernel.extents)))
     if isinstance(form, RegisterLoop):
         count = form.count
         params.append(KernelParam(size, namer.fresh("count"), ConstArg(count) if isinstance(count, int) else count, I64))

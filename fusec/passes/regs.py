@@ -67,6 +67,7 @@ class VariantShape:
     multi_tensor: bool = False
     rows: bool = False  # a row kernel: loops over its row, accumulators combined across the block
     columns: bool = False  # a column kernel (with rows: its loop over rows, unrolled by ptxas)
+    warp: bool = False  # a row kernel's warp-per-row variant (with rows)
 
 
     def __post_init__(self):
@@ -114,6 +115,10 @@ BASE_REGS = 6
 # addresses and the trip count): ptxas gave 26-32 registers for the first column
 # kernels (tests/programs/columns.fz) where the row kernel's terms said 17-20.
 COLUMN_LOOP_REGS = 10
+# A row kernel's warp-per-row variant: ptxas unrolls its 32-stride loops further
+# than the block's; on the six row examples (f32 and bf16) it took 5-14 more
+# registers than the block-per-row variant (median 10).
+WARP_ROW_REGS = 10
 # Each stored array's 64-bit address, formed where it is stored.
 STORE_ADDRESS_REGS = 1
 # The vector variant's scaled index, its whole-vector check and the scalar
@@ -219,6 +224,8 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
         overhead += ROW_REGS + ROW_ACCUMULATOR_REGS * accumulators
     if variant.columns:
         overhead += COLUMN_LOOP_REGS
+    if variant.warp:
+        overhead += WARP_ROW_REGS
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
     if variant.elements == 1:

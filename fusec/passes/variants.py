@@ -5,6 +5,7 @@ unrolled lanes, the grid-stride loop, a loop kernel's iterations.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from fusec.ir.kernels import Kernel, row_schedule
@@ -26,6 +27,7 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
+from fusec.target import WARP_ROW_MAX, WARP_ROWS_PER_BLOCK
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -87,13 +89,16 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case RowBlock():
+            # Short rows a warp each (their passes read again from L1 and L2), longer a block each.
+            warp_regs = observed.get(1) or estimate(replace(variant_shape(form, 1), warp=True))
+            warp = Variant(f"{name}_warp", 1, RowGrid(WARP_ROWS_PER_BLOCK), warp_regs, max_row=WARP_ROW_MAX)
             plain = Variant(name, 1, RowGrid(), regs(1))
             cached = row_schedule(kernel).cached_loads(kernel)
             if not cached:
-                return (plain,)
+                return (warp, plain)
             # The cached variant's code is the plain one's with some loads from shared memory.
-            return (Variant(f"{name}_cached", 1, RowGrid(), regs(1), row_cache=sum(a.type.itemsize for a in cached)),
-                    plain)
+            return (warp, Variant(f"{name}_cached", 1, RowGrid(), regs(1),
+                                  row_cache=sum(a.type.itemsize for a in cached)), plain)
         case ColumnReduce(chunks):
             return (Variant(name, 1, ColumnGrid(chunks), regs(1)),)
         case MultiTensor():

@@ -281,6 +281,8 @@ class Executor:
                 continue
             if variant.row_cache and extents[-1] * variant.row_cache > ROW_CACHE_BYTES:
                 continue
+            if variant.max_row is not None and extents[-1] > variant.max_row:
+                continue
             for slot, size in variant.alignment:
                 if pointer(values[slot]) % size:
                     break
@@ -290,10 +292,11 @@ class Executor:
 
     def _grid(self, variant: Variant, block: int, n: int, extents: list[int]) -> int:
         """Blocks for `n` elements (for a WorkItemGrid, `n` work items; for a
-        RowGrid, a block per row: rows of no elements still get their result)."""
+        RowGrid, a block per row or per rows_per_block rows: rows of no elements
+        still get their result)."""
         match variant.grid:
-            case RowGrid():
-                return math.prod(extents[:-1])
+            case RowGrid(rows_per_block):
+                return -(-math.prod(extents[:-1]) // rows_per_block)
             case ColumnGrid(chunks):  # columns of no rows still get their sum (0)
                 return -(-math.prod(extents[1:]) // block) * chunks
             case ElementGrid():

@@ -21,6 +21,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -28,8 +37,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -41,6 +49,51 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // add_rmsnorm_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
+// add_rmsnorm_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 36 registers.
+extern "C" __global__ void add_rmsnorm_k0_warp(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = x[i];
+        const float v1 = residual[i];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v7 = x[i];
+        const float v8 = residual[i];
+        const float v9 = w[c1];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h[i] = v10;
+        y[i] = v12;
+    }
+}
 // add_rmsnorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
 extern "C" __global__ void add_rmsnorm_k0_cached(
     const float* __restrict__ x,
@@ -50,6 +103,7 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -96,6 +150,7 @@ extern "C" __global__ void add_rmsnorm_k0(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -156,6 +211,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -163,8 +227,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -176,6 +239,57 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // add_rmsnorm_bf16_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
+// add_rmsnorm_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 36 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = __bfloat162float(residual[i]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v9 = __bfloat162float(x[i]);
+        const float v10 = __bfloat162float(residual[i]);
+        const float v11 = __bfloat162float(w[c1]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h[i] = __float2bfloat16_rn(v13);
+        y[i] = __float2bfloat16_rn(v18);
+    }
+}
 // add_rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ x,
@@ -185,6 +299,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     __nv_bfloat16* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -237,6 +352,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     __nv_bfloat16* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

@@ -27,6 +27,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -34,8 +43,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -96,11 +104,37 @@ extern "C" __global__ void add_rmsnorm_k0_h_v4(
 
 // add_rmsnorm_k1_row_mean: row_mean over [rows, cols]
 // reads h; writes row_mean#0
+// add_rmsnorm_k1_row_mean_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
+extern "C" __global__ void add_rmsnorm_k1_row_mean_warp(
+    const float* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = h[i];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    if (lane == 0) {
+        row_mean_0[row] = v2;
+    }
+}
 // add_rmsnorm_k1_row_mean: one block per row; estimated 23 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -213,6 +247,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -220,8 +263,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -285,11 +327,38 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_h_v8(
 
 // add_rmsnorm_bf16_k1_row_mean: row_mean over [rows, cols]
 // reads h; writes row_mean#0
+// add_rmsnorm_bf16_k1_row_mean_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_warp(
+    const __nv_bfloat16* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(h[i]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v3 = acc / length;
+    if (lane == 0) {
+        row_mean_0[row] = v3;
+    }
+}
 // add_rmsnorm_bf16_k1_row_mean: one block per row; estimated 23 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

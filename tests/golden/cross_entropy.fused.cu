@@ -21,6 +21,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -28,8 +37,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -41,12 +49,65 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
+// cross_entropy_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+extern "C" __global__ void cross_entropy_k0_warp(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v2 = logits[i];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v6 = logits[i];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (lane == 0) {
+        loss[row] = v13;
+    }
+}
 // cross_entropy_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k0_cached(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -99,6 +160,7 @@ extern "C" __global__ void cross_entropy_k0(
     const long long* __restrict__ label,
     float* __restrict__ loss,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -169,6 +231,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -176,8 +247,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -189,12 +259,67 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
+// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_warp(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v2 = __bfloat162float(logits[i]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v7 = __bfloat162float(logits[i]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (lane == 0) {
+        loss[row] = v15;
+    }
+}
 // cross_entropy_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -249,6 +374,7 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     const long long* __restrict__ label,
     float* __restrict__ loss,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

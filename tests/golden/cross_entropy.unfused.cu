@@ -27,6 +27,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -34,8 +43,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -47,11 +55,49 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_k0_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
+// cross_entropy_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+extern "C" __global__ void cross_entropy_k0_row_logsumexp_warp(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = logits[i];
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v4 = logits[i];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
 // cross_entropy_k0_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
 extern "C" __global__ void cross_entropy_k0_row_logsumexp_cached(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -89,6 +135,7 @@ extern "C" __global__ void cross_entropy_k0_row_logsumexp(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -122,12 +169,42 @@ extern "C" __global__ void cross_entropy_k0_row_logsumexp(
 
 // cross_entropy_k1_row_pick: row_pick over [rows, vocab]
 // reads logits, label (broadcast); writes row_pick#1
+// cross_entropy_k1_row_pick_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+extern "C" __global__ void cross_entropy_k1_row_pick_warp(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v1 = logits[i];
+        if (col == v0) { acc = v1; hits = 1; }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
 // cross_entropy_k1_row_pick: one block per row; estimated 21 registers.
 extern "C" __global__ void cross_entropy_k1_row_pick(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ row_pick_1,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -242,6 +319,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -249,8 +335,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -262,11 +347,51 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_bf16_k0_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
+// cross_entropy_bf16_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp_warp(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(logits[i]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v5 = __bfloat162float(logits[i]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
 // cross_entropy_bf16_k0_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp_cached(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -306,6 +431,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -341,12 +467,43 @@ extern "C" __global__ void cross_entropy_bf16_k0_row_logsumexp(
 
 // cross_entropy_bf16_k1_row_pick: row_pick over [rows, vocab]
 // reads logits, label (broadcast); writes row_pick#1
+// cross_entropy_bf16_k1_row_pick_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_pick_warp(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const float v1 = __bfloat162float(logits[i]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
 // cross_entropy_bf16_k1_row_pick: one block per row; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_pick(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ row_pick_1,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

@@ -21,6 +21,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -28,8 +37,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -41,6 +49,65 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_k0: row_mean -> row_var -> rstd -> y over [rows, cols]
 // reads x, w (broadcast), b (broadcast); writes mean, rstd, y
+// layernorm_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 39 registers.
+extern "C" __global__ void layernorm_k0_warp(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = x[i];
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v2 = x[i];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v8 = x[i];
+        const float v9 = w[c1];
+        const float v10 = b[c1];
+        const float v11 = v8 - v1;
+        const float v12 = v11 * v7;
+        const float v13 = v12 * v9;
+        const float v14 = v13 + v10;
+        y[i] = v14;
+    }
+    if (lane == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+}
 // layernorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
 extern "C" __global__ void layernorm_k0_cached(
     const float* __restrict__ x,
@@ -51,6 +118,7 @@ extern "C" __global__ void layernorm_k0_cached(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -110,6 +178,7 @@ extern "C" __global__ void layernorm_k0(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -189,6 +258,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -196,8 +274,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -209,6 +286,47 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_bf16_k0: row_mean -> row_var -> rstd over [rows, cols]
 // reads x; writes mean, rstd
+// layernorm_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 36 registers.
+extern "C" __global__ void layernorm_bf16_k0_warp(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v3 = __bfloat162float(x[i]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = acc_ / length;
+    const float v8 = v7 + eps;
+    const float v9 = rsqrtf(v8);
+    if (lane == 0) {
+        mean[row] = v2;
+        rstd[row] = v9;
+    }
+}
 // layernorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
 extern "C" __global__ void layernorm_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ x,
@@ -216,6 +334,7 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     float* __restrict__ rstd,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -257,6 +376,7 @@ extern "C" __global__ void layernorm_bf16_k0(
     float* __restrict__ rstd,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

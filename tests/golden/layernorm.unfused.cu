@@ -27,6 +27,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -34,8 +43,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -47,11 +55,36 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_k0_row_mean: row_mean over [rows, cols]
 // reads x; writes mean
+// layernorm_k0_row_mean_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
+extern "C" __global__ void layernorm_k0_row_mean_warp(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = x[i];
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v1 = acc / length;
+    if (lane == 0) {
+        mean[row] = v1;
+    }
+}
 // layernorm_k0_row_mean: one block per row; estimated 23 registers.
 extern "C" __global__ void layernorm_k0_row_mean(
     const float* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -72,11 +105,46 @@ extern "C" __global__ void layernorm_k0_row_mean(
 
 // layernorm_k1_row_var: row_var over [rows, cols]
 // reads x; writes row_var#0
+// layernorm_k1_row_var_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void layernorm_k1_row_var_warp(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = x[i];
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v2 = x[i];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v5 = acc_ / length;
+    if (lane == 0) {
+        row_var_0[row] = v5;
+    }
+}
 // layernorm_k1_row_var_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
 extern "C" __global__ void layernorm_k1_row_var_cached(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -111,6 +179,7 @@ extern "C" __global__ void layernorm_k1_row_var(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -288,6 +357,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -295,8 +373,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -308,11 +385,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // layernorm_bf16_k0_row_mean: row_mean over [rows, cols]
 // reads x; writes mean
+// layernorm_bf16_k0_row_mean_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_warp(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    if (lane == 0) {
+        mean[row] = v2;
+    }
+}
 // layernorm_bf16_k0_row_mean: one block per row; estimated 23 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -334,11 +437,48 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
 
 // layernorm_bf16_k1_row_var: row_var over [rows, cols]
 // reads x; writes row_var#0
+// layernorm_bf16_k1_row_var_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_warp(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v3 = __bfloat162float(x[i]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = acc_ / length;
+    if (lane == 0) {
+        row_var_0[row] = v7;
+    }
+}
 // layernorm_bf16_k1_row_var_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_cached(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -375,6 +515,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

@@ -8,6 +8,15 @@
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -15,8 +24,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -28,11 +36,52 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
+// log_softmax_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_k0_warp(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = x[i];
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v4 = x[i];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v10 = x[i];
+        const float v11 = v10 - v9;
+        y[i] = v11;
+    }
+}
 // log_softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
 extern "C" __global__ void log_softmax_k0_cached(
     const float* __restrict__ x,
     float* __restrict__ y,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -73,6 +122,7 @@ extern "C" __global__ void log_softmax_k0(
     const float* __restrict__ x,
     float* __restrict__ y,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -119,6 +169,15 @@ extern "C" __global__ void log_softmax_k0(
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -126,8 +185,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -139,11 +197,56 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_bf16_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
+// log_softmax_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_bf16_k0_warp(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v5 = __bfloat162float(x[i]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v12 = __bfloat162float(x[i]);
+        const float v13 = (float)v12;
+        const float v14 = v13 - v11;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y[i] = __float2bfloat16_rn(v15);
+    }
+}
 // log_softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
 extern "C" __global__ void log_softmax_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -188,6 +291,7 @@ extern "C" __global__ void log_softmax_bf16_k0(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

@@ -21,6 +21,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -28,8 +37,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -41,6 +49,44 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // rmsnorm_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
+// rmsnorm_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void rmsnorm_k0_warp(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = x[i];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v5 = x[i];
+        const float v6 = w[c1];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y[i] = v8;
+    }
+}
 // rmsnorm_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
 extern "C" __global__ void rmsnorm_k0_cached(
     const float* __restrict__ x,
@@ -48,6 +94,7 @@ extern "C" __global__ void rmsnorm_k0_cached(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -86,6 +133,7 @@ extern "C" __global__ void rmsnorm_k0(
     float* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -141,6 +189,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -148,8 +205,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -161,6 +217,48 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // rmsnorm_bf16_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
+// rmsnorm_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_warp(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const float v6 = __bfloat162float(x[i]);
+        const float v7 = __bfloat162float(w[c1]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y[i] = __float2bfloat16_rn(v12);
+    }
+}
 // rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ x,
@@ -168,6 +266,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
     __nv_bfloat16* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
@@ -210,6 +309,7 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     __nv_bfloat16* __restrict__ y,
     const float eps,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp

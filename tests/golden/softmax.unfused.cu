@@ -27,6 +27,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -34,8 +43,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -47,11 +55,34 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // softmax_k0_row_max: row_max over [rows, cols]
 // reads x; writes m
+// softmax_k0_row_max_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 27 registers.
+extern "C" __global__ void softmax_k0_row_max_warp(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = x[i];
+        acc = fz_max_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    if (lane == 0) {
+        m[row] = acc;
+    }
+}
 // softmax_k0_row_max: one block per row; estimated 17 registers.
 extern "C" __global__ void softmax_k0_row_max(
     const float* __restrict__ x,
     float* __restrict__ m,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -119,11 +150,34 @@ extern "C" __global__ void softmax_k1_e_v4(
 
 // softmax_k2_row_sum: row_sum over [rows, cols]
 // reads e; writes row_sum#0
+// softmax_k2_row_sum_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 27 registers.
+extern "C" __global__ void softmax_k2_row_sum_warp(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = e[i];
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    if (lane == 0) {
+        row_sum_0[row] = acc;
+    }
+}
 // softmax_k2_row_sum: one block per row; estimated 17 registers.
 extern "C" __global__ void softmax_k2_row_sum(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -218,6 +272,15 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
+// gets the same result.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+{
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then every thread combines the warps' results in
 // order (the same order on every thread: the result is the same everywhere).
@@ -225,8 +288,7 @@ struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
     v = partial[0];
@@ -238,11 +300,35 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // softmax_bf16_k0_row_max: row_max over [rows, cols]
 // reads x; writes m
+// softmax_bf16_k0_row_max_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 27 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_warp(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = __bfloat162float(x[i]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    if (lane == 0) {
+        m[row] = acc;
+    }
+}
 // softmax_bf16_k0_row_max: one block per row; estimated 17 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
@@ -313,11 +399,34 @@ extern "C" __global__ void softmax_bf16_k1_e_v8(
 
 // softmax_bf16_k2_row_sum: row_sum over [rows, cols]
 // reads e; writes row_sum#0
+// softmax_bf16_k2_row_sum_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 27 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_warp(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = (float)0;
+    for (long long col = lane; col < e1; col += 32) {
+        const long long i = row * e1 + col;
+        const float v0 = e[i];
+        acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    if (lane == 0) {
+        row_sum_0[row] = acc;
+    }
+}
 // softmax_bf16_k2_row_sum: one block per row; estimated 17 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
+    const long long e0,
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
