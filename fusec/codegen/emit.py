@@ -248,8 +248,10 @@ class _KernelEmitter:
         last = len(k.extents) - 1
         length = self.extents[last] if last else self.n
         warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
+        width = variant.elements_per_thread  # > 1: each pass moves one vector of the row a thread
         row, col = namer.fresh("row"), namer.fresh("col")
         lane = namer.fresh("lane") if warp else None
+        first, element = (namer.fresh("c"), namer.fresh("k")) if width > 1 else (None, None)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
         per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
                          for a in k.loads if not a.present[-1]}
@@ -280,22 +282,31 @@ class _KernelEmitter:
             return [line for line in out if line]
 
         def element_pass(needed: frozenset[int]) -> dict:
-            """A loop over the row computing the per-element values `needed`."""
-            loads = dict(per_row_loads)
+            """A loop over the row computing the per-element values `needed` (with
+            vectors: `pre` loads one vector of each array at the vector's first
+            element, and the lines compute each of its elements)."""
+            loads, pre = dict(per_row_loads), []
+            used = {body[i].attr for i in needed if body[i].op == "load"}
             for a in k.loads:
+                value = element_loads.get(a.value)
+                if width > 1 and a.value in element_loads and a.value in used and a.value not in kept:
+                    vec = namer.fresh(f"{self.buffers[a.buffer]}_v")
+                    pre.append(f"const fz_vec<{a.type.c}, {width}> {vec} = *reinterpret_cast<const fz_vec<{a.type.c}, "
+                               f"{width}>*>({self.buffers[a.buffer]} + {self.index(a)});")
+                    value = f"{vec}.v[{element}]"
                 if a.value in caches and a.value in kept:
                     loads[a.value] = load_expr(a.type, f"{caches[a.value]}[{col}]")
                 elif a.value in caches:  # read from global memory, and kept for the next passes
-                    loads[a.value] = load_expr(a.type, f"({caches[a.value]}[{col}] = {element_loads[a.value]})")
+                    loads[a.value] = load_expr(a.type, f"({caches[a.value]}[{col}] = {value})")
                 elif a.value in element_loads:
-                    loads[a.value] = load_expr(a.type, element_loads[a.value])
+                    loads[a.value] = load_expr(a.type, value)
             kept.update(body[i].attr for i in needed if body[i].op == "load" and body[i].attr in caches)
             inner = Refs(refs)
             inner.named = refs.named
             local = namer.copy()  # the loop's scope
             lines = [self._instruction(idx, loads, local, inner) for idx in sorted(needed)]
             refs.named = inner.named
-            return {"lines": [line for line in lines if line], "refs": inner}
+            return {"lines": [line for line in lines if line], "refs": inner, "pre": pre}
 
         scope += per_row(0)
         passes = []
@@ -329,19 +340,31 @@ class _KernelEmitter:
             if warp:
                 combine = [(var, op, None) for var, op, _ in combine]
             passes.append({"init": init, "lines": loop["lines"], "steps": steps, "combine": combine,
-                           "after": finish + per_row(round_)})
+                           "after": finish + per_row(round_), "pre": loop["pre"], "declare": [], "stores": []})
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
         final = element_pass(schedule.passes[-1]) if element_stores else None
-        if final is not None:
+        if final is not None and width == 1:
             final["stores"] = [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
                                for a, at in element_stores]
+        elif final is not None:  # each element into its place in a vector, stored whole after the last
+            out = {a.buffer: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in element_stores}
+            final["declare"] = [f"fz_vec<{a.type.c}, {width}> {out[a.buffer]};" for a, _ in element_stores]
+            final["lines"] += [f"{out[a.buffer]}.v[{element}] = {store_expr(a.type, final['refs'][at])};"
+                               for a, at in element_stores]
+            final["stores"] = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
+                               f"= {out[a.buffer]};" for a, _ in element_stores]
+        if final is not None:
+            final.setdefault("declare", [])
+        if width > 1:
+            self.helpers.add("vec")
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches),
                 "partials": [] if warp else [(t, name) for t, name in partials.items()], "passes": passes,
                 "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows,
-                "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row}
+                "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
+                "vector": width, "first": first, "element": element}
 
     def _column_variant(self, chunks: int) -> dict:
         """A thread per column and run of rows (ColumnReduce): the body at each

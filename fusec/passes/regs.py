@@ -68,6 +68,7 @@ class VariantShape:
     rows: bool = False  # a row kernel: loops over its row, accumulators combined across the block
     columns: bool = False  # a column kernel (with rows: its loop over rows, unrolled by ptxas)
     warp: bool = False  # a row kernel's warp-per-row variant (with rows)
+    column_finish: bool = False  # a column kernel's finish (one run of rows: the partial sums)
 
 
     def __post_init__(self):
@@ -77,8 +78,8 @@ class VariantShape:
             raise ValueError("VariantShape.loop needs grid_stride=True (a loop kernel strides over the grid)")
         if self.multi_tensor and self.grid_stride:
             raise ValueError("VariantShape.multi_tensor excludes grid_stride and loop (it has its own loops)")
-        if self.rows and (self.grid_stride or self.multi_tensor or self.elements > 1):
-            raise ValueError("VariantShape.rows is a form of its own (one element a thread per pass)")
+        if self.rows and (self.grid_stride or self.multi_tensor):
+            raise ValueError("VariantShape.rows is a form of its own (passes over a row, an element or a vector a thread)")
         if self.elements > 1 and self.grid_stride:
             raise ValueError("VariantShape: a grid-stride or loop variant moves one element per thread")
 
@@ -94,9 +95,9 @@ def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
         case RegisterLoop():
             return VariantShape(grid_stride=True, loop=True)
         case RowBlock():
-            return VariantShape(rows=True)
-        case ColumnReduce():  # a loop over elements into an accumulator, as a row kernel's
-            return VariantShape(rows=True, columns=True)
+            return VariantShape(rows=True, elements=elements_per_thread)
+        case ColumnReduce(chunks):  # a loop over elements into an accumulator, as a row kernel's
+            return VariantShape(rows=True, columns=True, column_finish=chunks == 1)
         case MultiTensor():
             return VariantShape(elements=elements_per_thread, multi_tensor=True)
         case _:
@@ -115,10 +116,16 @@ BASE_REGS = 6
 # addresses and the trip count): ptxas gave 26-32 registers for the first column
 # kernels (tests/programs/columns.fz) where the row kernel's terms said 17-20.
 COLUMN_LOOP_REGS = 10
+# ...but not where one thread sums a single column's 128 partials (the finish
+# of a [rows, 1] or 1-D total: 16 registers where the loop's terms said 27).
 # A row kernel's warp-per-row variant: ptxas unrolls its 32-stride loops further
 # than the block's; on the six row examples (f32 and bf16) it took 5-14 more
 # registers than the block-per-row variant (median 10).
 WARP_ROW_REGS = 10
+# A row kernel's 16-byte vector variants: the vector of each pass held while its
+# elements are computed one by one; on the six row examples (f32 and bf16) -2 to
+# +6 registers over the element variant of the same strategy (mean about 2.5).
+ROW_VECTOR_REGS = 4
 # Each stored array's 64-bit address, formed where it is stored.
 STORE_ADDRESS_REGS = 1
 # The vector variant's scaled index, its whole-vector check and the scalar
@@ -211,7 +218,7 @@ def estimate_registers(body: Body, stored: list[int], scalar_loads: Collection[i
 
 
 def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordinates: int,
-              variant: VariantShape, accumulators: int = 0) -> int:
+              variant: VariantShape, accumulators: int = 0, columnless: bool = False) -> int:
     # Broadcast coordinates come first, before any value is loaded: a floor under the body.
     floor = INDEX_SETUP_REGS + DIVISION_REGS * coordinates if broadcast_loads else 0
     stores = STORE_ADDRESS_REGS * len(plan.stores)
@@ -222,12 +229,15 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
     overhead = BASE_REGS + stores
     if variant.rows:
         overhead += ROW_REGS + ROW_ACCUMULATOR_REGS * accumulators
-    if variant.columns:
+    if variant.columns and not (variant.column_finish and columnless):
         overhead += COLUMN_LOOP_REGS
     if variant.warp:
         overhead += WARP_ROW_REGS
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
+    if variant.rows:  # a vector a thread a pass: its registers, the body computed an element at a time
+        vector = ROW_VECTOR_REGS if variant.elements > 1 else 0
+        return _registers(overhead + vector + max(floor, plan.walk(1, 1)))
     if variant.elements == 1:
         return _registers(overhead + max(floor, plan.walk(1, 1)))
     return _registers(overhead + VECTOR_BASE_REGS + max(floor, _vector_pressure(plan, variant.elements)))
@@ -260,7 +270,7 @@ class KernelEstimate:
                 self.kernel.body, self.stored, self.scalar_loads, self.lane_uniform,
                 self.carried if variant.loop else None)
         return _estimate(plan, len(self.kernel.loads), self.broadcast_loads, self.coordinates, variant,
-                         self.accumulators)
+                         self.accumulators, columnless=len(self.kernel.extents) == 1)
 
 
 def estimate_kernel(kernel: Kernel, variant: VariantShape) -> int:

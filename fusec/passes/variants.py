@@ -89,16 +89,7 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case RowBlock():
-            # Short rows a warp each (their passes read again from L1 and L2), longer a block each.
-            warp_regs = observed.get(1) or estimate(replace(variant_shape(form, 1), warp=True))
-            warp = Variant(f"{name}_warp", 1, RowGrid(WARP_ROWS_PER_BLOCK), warp_regs, max_row=WARP_ROW_MAX)
-            plain = Variant(name, 1, RowGrid(), regs(1))
-            cached = row_schedule(kernel).cached_loads(kernel)
-            if not cached:
-                return (warp, plain)
-            # The cached variant's code is the plain one's with some loads from shared memory.
-            return (warp, Variant(f"{name}_cached", 1, RowGrid(), regs(1),
-                                  row_cache=sum(a.type.itemsize for a in cached)), plain)
+            return _row_variants(kernel, form, slot_of, estimate, observed)
         case ColumnReduce(chunks):
             return (Variant(name, 1, ColumnGrid(chunks), regs(1)),)
         case MultiTensor():
@@ -106,6 +97,31 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)
         case _:
             unhandled(form)
+
+
+def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstimate, observed: dict) -> tuple:
+    """Short rows a warp each (their passes read again from L1 and L2), longer a
+    block each, keeping the row in shared memory where it fits; each first as
+    16-byte vectors of the row's widest array (the row's length a multiple of
+    the vector, its arrays aligned), then one element a thread."""
+    name = kernel.name
+    varying = [a.type.itemsize for a in kernel.accesses if a.present[-1]]
+    width = VECTOR_BYTES // max(varying) if varying else 1
+    cached = row_schedule(kernel).cached_loads(kernel)
+    cache = sum(a.type.itemsize for a in cached)
+    out = []
+    for w in dict.fromkeys((width, 1)):
+        def regs(warp: bool) -> int:
+            return observed.get(w) or estimate(replace(variant_shape(form, w), warp=warp))
+        vector = {"whole_rows": True, "alignment": _alignment(kernel, w, slot_of)} if w > 1 else {}
+        suffix = f"_v{w}" if w > 1 else ""
+        out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
+                           max_row=WARP_ROW_MAX, **vector))
+        if cached:  # the plain variant's code with some loads from shared memory
+            out.append(Variant(f"{name}_cached{suffix}", w, RowGrid(), regs(False), row_cache=cache, **vector))
+        out.append(Variant(f"{name}{suffix}", w, RowGrid(), regs(False), **vector))
+    # The runtime takes the first whose needs hold: a vector variant before its element one.
+    return tuple(sorted(out, key=lambda v: (v.max_row is None, v.row_cache == 0, v.elements_per_thread == 1)))
 
 
 # A narrower vector (or none) is taken only where the cost model predicts it at

@@ -83,6 +83,7 @@ extern "C" __global__ void cross_entropy_k0_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = logits[i];
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
@@ -99,6 +100,7 @@ extern "C" __global__ void cross_entropy_k0_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v6 = logits[i];
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
@@ -136,6 +138,7 @@ extern "C" __global__ void cross_entropy_k0_cached(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = (logits_row[col] = logits[i]);
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
@@ -152,6 +155,7 @@ extern "C" __global__ void cross_entropy_k0_cached(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v6 = logits_row[col];
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
@@ -187,6 +191,7 @@ extern "C" __global__ void cross_entropy_k0(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = logits[i];
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
@@ -203,10 +208,208 @@ extern "C" __global__ void cross_entropy_k0(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v6 = logits[i];
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc__ = fz_sum_op()(acc__, v8);
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_k0_warp_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_v_.v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (lane == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 31 registers.
+extern "C" __global__ void cross_entropy_k0_cached_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = (logits_row[col] = logits_v.v[k]);
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_row[col];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_v4: one block per row; estimated 31 registers.
+extern "C" __global__ void cross_entropy_k0_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_v_.v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
     const float v9 = logf(acc__);
@@ -248,7 +451,7 @@ extern "C" __global__ void cross_entropy_k1_col_partial(
 
 // cross_entropy_k2_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_k2_col_sum: a thread per column; estimated 27 registers.
+// cross_entropy_k2_col_sum: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_k2_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
@@ -299,7 +502,7 @@ extern "C" __global__ void cross_entropy_k3_col_partial_2(
 
 // cross_entropy_k4_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_k4_col_sum_2: a thread per column; estimated 27 registers.
+// cross_entropy_k4_col_sum_2: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_k4_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,
@@ -455,6 +658,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
         acc = fz_max_op()(acc, v3);
@@ -472,6 +676,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v7 = __bfloat162float(logits[i]);
         const float v8 = (float)v7;
         const float v9 = v8 - acc;
@@ -510,6 +715,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = __bfloat162float((logits_row[col] = logits[i]));
         const float v3 = (float)v2;
         acc = fz_max_op()(acc, v3);
@@ -527,6 +733,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v7 = __bfloat162float(logits_row[col]);
         const float v8 = (float)v7;
         const float v9 = v8 - acc;
@@ -563,6 +770,7 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
         acc = fz_max_op()(acc, v3);
@@ -580,11 +788,215 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v7 = __bfloat162float(logits[i]);
         const float v8 = (float)v7;
         const float v9 = v8 - acc;
         const float v10 = expf(v9);
         acc__ = fz_sum_op()(acc__, v10);
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_v_.v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (lane == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 31 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float((logits_row[col] = logits_v.v[k]));
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_row[col]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_v8: one block per row; estimated 31 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_v_.v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
     const float v11 = logf(acc__);
@@ -626,7 +1038,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_col_partial(
 
 // cross_entropy_bf16_k2_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_bf16_k2_col_sum: a thread per column; estimated 27 registers.
+// cross_entropy_bf16_k2_col_sum: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
@@ -677,7 +1089,7 @@ extern "C" __global__ void cross_entropy_bf16_k3_col_partial_2(
 
 // cross_entropy_bf16_k4_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_bf16_k4_col_sum_2: a thread per column; estimated 27 registers.
+// cross_entropy_bf16_k4_col_sum_2: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_bf16_k4_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,

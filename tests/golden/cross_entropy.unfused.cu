@@ -122,6 +122,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     float acc = __int_as_float(0xff800000);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = logits[i];
         acc = fz_max_op()(acc, v0);
     }
@@ -132,6 +133,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v4 = logits[i];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
@@ -160,6 +162,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = (logits_row[col] = logits[i]);
         acc = fz_max_op()(acc, v0);
     }
@@ -170,6 +173,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v4 = logits_row[col];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
@@ -196,6 +200,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = logits[i];
         acc = fz_max_op()(acc, v0);
     }
@@ -206,10 +211,163 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v4 = logits[i];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_v_.v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = (logits_row[col] = logits_v.v[k]);
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_row[col];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_v4: one block per row; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_v_.v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = logf(acc_);
@@ -241,6 +399,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
     }
@@ -269,8 +428,80 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_v4: one block per row; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
@@ -370,7 +601,7 @@ extern "C" __global__ void cross_entropy_k4_col_partial(
 
 // cross_entropy_k5_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_k5_col_sum: a thread per column; estimated 27 registers.
+// cross_entropy_k5_col_sum: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_k5_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
@@ -419,7 +650,7 @@ extern "C" __global__ void cross_entropy_k6_col_partial_2(
 
 // cross_entropy_k7_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_k7_col_sum_2: a thread per column; estimated 27 registers.
+// cross_entropy_k7_col_sum_2: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_k7_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,
@@ -614,6 +845,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     float acc = __int_as_float(0xff800000);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(logits[i]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -625,6 +857,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(logits[i]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
@@ -654,6 +887,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float((logits_row[col] = logits[i]));
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -665,6 +899,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(logits_row[col]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
@@ -692,6 +927,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(logits[i]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -703,11 +939,170 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(logits[i]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_v_.v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float((logits_row[col] = logits_v.v[k]));
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_row[col]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_v8: one block per row; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_v_.v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v9 = logf(acc_);
@@ -739,6 +1134,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
         if (col == v0) { acc = v2; hits = 1; }
@@ -768,9 +1164,83 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
+
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
         if (col == v0) { acc = v2; hits = 1; }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_v8: one block per row; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
@@ -870,7 +1340,7 @@ extern "C" __global__ void cross_entropy_bf16_k4_col_partial(
 
 // cross_entropy_bf16_k5_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_bf16_k5_col_sum: a thread per column; estimated 27 registers.
+// cross_entropy_bf16_k5_col_sum: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_bf16_k5_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
@@ -919,7 +1389,7 @@ extern "C" __global__ void cross_entropy_bf16_k6_col_partial_2(
 
 // cross_entropy_bf16_k7_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_bf16_k7_col_sum_2: a thread per column; estimated 27 registers.
+// cross_entropy_bf16_k7_col_sum_2: a thread per column; estimated 17 registers.
 extern "C" __global__ void cross_entropy_bf16_k7_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,

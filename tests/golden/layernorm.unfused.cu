@@ -70,6 +70,7 @@ extern "C" __global__ void layernorm_k0_row_mean_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
     }
@@ -93,8 +94,70 @@ extern "C" __global__ void layernorm_k0_row_mean(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v1 = acc / length;
+    if (threadIdx.x == 0) {
+        mean[row] = v1;
+    }
+}
+// layernorm_k0_row_mean_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_k0_row_mean_warp_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v1 = acc / length;
+    if (lane == 0) {
+        mean[row] = v1;
+    }
+}
+// layernorm_k0_row_mean_v4: one block per row; estimated 27 registers.
+extern "C" __global__ void layernorm_k0_row_mean_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
@@ -120,6 +183,7 @@ extern "C" __global__ void layernorm_k1_row_var_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
     }
@@ -128,6 +192,7 @@ extern "C" __global__ void layernorm_k1_row_var_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v2 = x[i];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
@@ -155,6 +220,7 @@ extern "C" __global__ void layernorm_k1_row_var_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = (x_row[col] = x[i]);
         acc = fz_sum_op()(acc, v0);
     }
@@ -163,6 +229,7 @@ extern "C" __global__ void layernorm_k1_row_var_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v2 = x_row[col];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
@@ -188,6 +255,7 @@ extern "C" __global__ void layernorm_k1_row_var(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
     }
@@ -196,10 +264,154 @@ extern "C" __global__ void layernorm_k1_row_var(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v2 = x[i];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v5 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_k1_row_var_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 39 registers.
+extern "C" __global__ void layernorm_k1_row_var_warp_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_v_.v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v5 = acc_ / length;
+    if (lane == 0) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_k1_row_var_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
+extern "C" __global__ void layernorm_k1_row_var_cached_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = (x_row[col] = x_v.v[k]);
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_row[col];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v5 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_k1_row_var_v4: one block per row; estimated 29 registers.
+extern "C" __global__ void layernorm_k1_row_var_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_v_.v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v5 = acc_ / length;
@@ -400,6 +612,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
@@ -424,9 +637,73 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    if (threadIdx.x == 0) {
+        mean[row] = v2;
+    }
+}
+// layernorm_bf16_k0_row_mean_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_warp_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    if (lane == 0) {
+        mean[row] = v2;
+    }
+}
+// layernorm_bf16_k0_row_mean_v8: one block per row; estimated 27 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
@@ -452,6 +729,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
@@ -461,6 +739,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
         const float v5 = v4 - v2;
@@ -489,6 +768,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
@@ -498,6 +778,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v3 = __bfloat162float(x_row[col]);
         const float v4 = (float)v3;
         const float v5 = v4 - v2;
@@ -524,6 +805,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
@@ -533,11 +815,161 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
         const float v5 = v4 - v2;
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v7;
+    }
+}
+// layernorm_bf16_k1_row_var_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 39 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_warp_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = __bfloat162float(x_v_.v[k]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = acc_ / length;
+    if (lane == 0) {
+        row_var_0[row] = v7;
+    }
+}
+// layernorm_bf16_k1_row_var_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_cached_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = __bfloat162float(x_row[col]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = acc_ / length;
+    if (threadIdx.x == 0) {
+        row_var_0[row] = v7;
+    }
+}
+// layernorm_bf16_k1_row_var_v8: one block per row; estimated 29 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = __bfloat162float(x_v_.v[k]);
+        const float v4 = (float)v3;
+        const float v5 = v4 - v2;
+        const float v6 = v5 * v5;
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = acc_ / length;

@@ -69,6 +69,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp(
     float acc = __int_as_float(0xff800000);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_max_op()(acc, v0);
     }
@@ -79,6 +80,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v4 = x[i];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
@@ -107,6 +109,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = (x_row[col] = x[i]);
         acc = fz_max_op()(acc, v0);
     }
@@ -117,6 +120,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v4 = x_row[col];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
@@ -143,6 +147,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = x[i];
         acc = fz_max_op()(acc, v0);
     }
@@ -153,10 +158,163 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v4 = x[i];
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// log_softmax_k0_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = x_v_.v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// log_softmax_k0_row_logsumexp_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_cached_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = (x_row[col] = x_v.v[k]);
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = x_row[col];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// log_softmax_k0_row_logsumexp_v4: one block per row; estimated 25 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = x_v_.v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = logf(acc_);
@@ -287,6 +445,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp(
     float acc = __int_as_float(0xff800000);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -298,6 +457,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(x[i]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
@@ -327,6 +487,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -338,6 +499,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(x_row[col]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
@@ -365,6 +527,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
@@ -376,11 +539,170 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
+
         const float v5 = __bfloat162float(x[i]);
         const float v6 = (float)v5;
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// log_softmax_bf16_k0_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(x_v_.v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// log_softmax_bf16_k0_row_logsumexp_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(x_row[col]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// log_softmax_bf16_k0_row_logsumexp_v8: one block per row; estimated 25 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+      {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(x_v_.v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v9 = logf(acc_);
