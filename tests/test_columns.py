@@ -50,6 +50,21 @@ def test_a_column_sum_is_two_column_kernels():
     assert [k.form.chunks for k in interface.kernels if isinstance(k.form, ColumnReduce)] == [COLUMN_CHUNKS, 1]
 
 
+def test_statements_over_the_summed_elements_join_the_partial_sums_kernel():
+    """The backward of a bias + ReLU: dx is computed, stored and summed in one pass
+    over x, b and g (on the H200 the separate kernels stored dx and read it back,
+    4 bytes an element over the minimum traffic); the finish sums the partials."""
+    from fusec.compiler import CompileOptions, compile_pipeline
+    program = check_source(Source("columns.fz", COLUMNS.read_text()))
+    partial, finish = (k.kernel for k in compile_pipeline(program, "bias_relu_grads", CompileOptions()).interface.kernels)
+    assert partial.stages == ("h", "dx", "col_partial") and finish.stages == ("col_sum",)
+    assert [a.buffer for a in partial.loads] == ["x", "b", "g"]
+    assert sorted(a.buffer for a, _ in partial.stores) == ["col_partial#0", "dx"]
+    # Several column sums over the same elements: one kernel of partial sums, then each finish.
+    mix = compile_pipeline(program, "column_f64", CompileOptions()).interface.kernels
+    assert [k.kernel.stages for k in mix][:3] == [("col_partial", "col_partial_2"), ("col_sum",), ("col_sum_2",)]
+
+
 @pytest.mark.parametrize("text,line,col,fragment", [
     ("pipeline p(x: f32[n]) -> (y: f32[1]) {\n  y = col_sum(x);\n}", 2, 7, "an array of two or more dims"),
     ("pipeline p(x: f32[r, c], s: f32) -> (y: f32[c]) {\n  y = col_sum(s) + x;\n}", 2, 7, "its argument is a scalar"),

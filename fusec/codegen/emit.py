@@ -16,6 +16,7 @@ from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, row_schedule
+from fusec.ir.program import COLUMN_OPS
 from fusec.ir.launch import (
     WORK_ITEM,
     ArrayArg,
@@ -368,12 +369,13 @@ class _KernelEmitter:
 
     def _column_variant(self, chunks: int) -> dict:
         """A thread per column and run of rows (ColumnReduce): the body at each
-        of the run's elements in order, added up from 0, its sum stored at
-        [chunk, column]. The element's index i is the row times the columns plus
-        the column; broadcast operands read through the coordinates of i."""
+        of the run's elements in order, each statement over the elements stored
+        at the element, each column sum added up from 0 and stored at [chunk,
+        column]. The element's index i is the row times the columns plus the
+        column; broadcast operands read through the coordinates of i."""
         k, namer = self.k, self._local_namer()
         body = k.body.instrs
-        total = len(body) - 1  # build_kernel puts the sum last
+        sums = [idx for idx, ins in enumerate(body) if ins.op in COLUMN_OPS]
         self.helpers.add("columns")
         rows = self.extents[0]
         cols, blocks, chunk, col, per, first, row, end = (
@@ -381,17 +383,19 @@ class _KernelEmitter:
         loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}
         refs = Refs()
         inner = namer.copy()  # the loop's scope
-        lines = [self._instruction(idx, loads, inner, refs) for idx in range(total)]
-        t = body[total].type.compute.c
-        acc = namer.fresh("acc")
-        (store, _), = k.stores
+        lines = [self._instruction(idx, loads, inner, refs) for idx in range(len(body)) if idx not in sums]
+        accumulators = {idx: namer.fresh("acc") for idx in sums}
         where = f"{chunk} * {cols} + {col}" if chunks > 1 else col
+        element_stores = [f"{self.buffers[a.buffer]}[{self.index(a)}] = {store_expr(a.type, refs[at])};"
+                          for a, at in k.stores if at not in accumulators]
         return {"rows": rows, "cols": cols, "chunks": chunks,
                 "extent_product": " * ".join(self.extents[j] for j in range(1, len(k.extents))) or "1",
                 "blocks": blocks, "chunk": chunk, "col": col, "per": per, "first": first, "row": row, "end": end,
-                "acc": acc, "acc_type": t, "lines": [line for line in lines if line],
-                "step": f"{acc} = fz_add_rn({acc}, {refs[body[total].args[0]]});",
-                "store": f"{self.buffers[store.buffer]}[{where}] = {store_expr(store.type, acc)};"}
+                "accumulators": [(body[idx].type.compute.c, acc) for idx, acc in accumulators.items()],
+                "lines": [line for line in lines if line] + element_stores,
+                "steps": [f"{acc} = fz_add_rn({acc}, {refs[body[idx].args[0]]});" for idx, acc in accumulators.items()],
+                "stores": [f"{self.buffers[a.buffer]}[{where}] = {store_expr(a.type, accumulators[at])};"
+                           for a, at in k.stores if at in accumulators]}
 
     def _row_coordinates(self, row: str, namer: Namer) -> tuple[list[str], dict[int, str]]:
         """The row's coordinates over the leading collapsed dims, outermost first,

@@ -40,7 +40,7 @@ class Stage:
 
     @property
     def column(self) -> bool:
-        """A column reduction: a kernel of its own (each thread sums a column's run of rows)."""
+        """A column reduction (each thread of its kernel sums a column's run of rows)."""
         return self.reduce in COLUMN_OPS
 
     @property
@@ -50,10 +50,13 @@ class Stage:
     @property
     def space(self) -> tuple:
         """What stages must share to be one kernel: the same rows (a row kernel:
-        one block per row), or else the same elementwise iteration space; a
-        column reduction shares its kernel with no other stage."""
+        one block per row), or else the same elementwise iteration space. A
+        column reduction's partial sums share the space of the elements they
+        sum (their kernel also computes, and stores, the statements over those
+        elements); its finish, over the partial sums, shares its kernel with no
+        other stage."""
         if self.column:
-            return ("columns", self.name)
+            return ("elements", self.shape) if self.reduce == "col_partial" else ("columns", self.name)
         return ("rows",) + self.rows if self.rows else ("elements", self.shape)
 
     def reads(self) -> set[str]:

@@ -27,7 +27,7 @@ def form_of(kernel: Kernel, multi_tensor: bool = False, grid_stride: bool = Fals
     if kernel.rows:
         return RowBlock()
     if kernel.columns:  # the chunks' partial sums, or the sum of all rows (of those chunks)
-        return ColumnReduce(COLUMN_CHUNKS if kernel.body.instrs[-1].op == "col_partial" else 1)
+        return ColumnReduce(COLUMN_CHUNKS if any(ins.op == "col_partial" for ins in kernel.body.instrs) else 1)
     if loop is not None:
         return RegisterLoop(count_of(loop.count, slots) if slots is not None else loop.count)
     if multi_tensor:
