@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import EXAMPLES, ROOT, assert_matches, random_args
+from helpers import PROGRAMS, ROOT, assert_matches, random_args
 
 import fusec
 from fusec.bench.harness import retype
@@ -29,10 +29,11 @@ WIDE_SIZES = [1, 3, 1000, 2 ** 16 + 3]
 
 
 def cases():
-    """(example, float type, pipeline): an example of one float type in each float
-    type; one with pipelines of several (the row examples' f32 and bf16 forms) as written."""
+    """(program, float type, pipeline): every example and test program (tests/programs);
+    one of one float type in each float type; one with pipelines of several (the row
+    examples' f32 and bf16 forms, the column programs) as written."""
     out = []
-    for path in EXAMPLES:
+    for path in PROGRAMS:
         try:
             out += [(path, t, None) for t in FLOATS if retype(path.read_text(), t, path.stem)]
         except ValueError:
