@@ -135,9 +135,25 @@ def table(fused: LaunchInterface, unfused: LaunchInterface) -> str:
     smaller = [k.name for k in fused.kernels if k.kernel.shape != _widest(fused)]
     if smaller:
         lines.append(f"  not counted per element (over a smaller iteration space): {', '.join(smaller)}")
+    for r, launch in zip(rows, fused.kernels):
+        if isinstance(launch.form, RowBlock):  # the strategy the runtime takes, by the row's length
+            lines.append(f"  {r['name']}: the first of these that a call's rows allow")
+            lines += [f"    {v.name}: {_row_variant(v)}" for v in launch.variants]
     lines.append("  fusion decisions:")
     lines += [f"    {line}" for r in rows for line in r["fusion"]]
     return "\n".join(lines)
+
+
+def _row_variant(v) -> str:
+    """A row kernel's variant as the report names it: strategy, vectors, cache, when taken."""
+    parts = [_grid_name(v.grid)]
+    if v.max_row is not None:
+        parts.append(f"rows of at most {v.max_row} elements")
+    if v.elements_per_thread > 1:
+        parts.append(f"{v.elements_per_thread}-element vectors (a length of whole vectors, arrays aligned)")
+    if v.row_cache:
+        parts.append(f"the row kept in shared memory where it fits ({v.row_cache} B an element)")
+    return ", ".join(parts)
 
 
 def format_ir(compiled) -> str:

@@ -237,3 +237,13 @@ def test_foreach_refuses_a_pipeline_with_a_reduction():
     f = fusec.jit("pipeline p(x: f32[r, c]) -> (y: f32[r, 1]) { y = row_sum(x); }", backend="numpy")
     with pytest.raises(ValueError, match="has a reduction"):
         f.foreach([(np.ones((2, 3), np.float32),)])
+
+
+def test_the_report_lists_the_row_strategies_in_the_order_the_runtime_tries_them():
+    import fusec.report
+    compiled = compile_text(SOFTMAX)
+    text = fusec.report.table(compiled.interface, compile_text(SOFTMAX, fuse="none").interface)
+    listed = [line.strip().split(":")[0] for line in text.splitlines() if line.startswith("    p_k0")]
+    assert listed == [v.name for v in compiled.interface.kernels[0].variants]
+    assert f"p_k0_warp_v4: a warp per row (8 a block), rows of at most {WARP_ROW_MAX} elements, 4-element" in text
+    assert "p_k0: a block per row\n" in text
