@@ -44,6 +44,12 @@ class CompileOptions:
             raise ValueError(f"fuse: expected one of {', '.join(FUSE_MODES)} (or True/False), got {self.fuse!r}")
         object.__setattr__(self, "fuse", mode)
 
+    def auto_fusion(self) -> FusionOptions:
+        """The fusion pass's options for ranking this compile's partitions as the
+        auto mode does (its cap, target, fast math and observed registers)."""
+        return FusionOptions(mode="auto", max_regs=self.max_regs, arch=self.arch, fast_math=self.fast_math,
+                             observed=self.observed)
+
 
 @dataclass(frozen=True, slots=True)
 class Compiled:

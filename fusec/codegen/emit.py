@@ -307,7 +307,7 @@ class _KernelEmitter:
             local = namer.copy()  # the loop's scope
             lines = [self._instruction(idx, loads, local, inner) for idx in sorted(needed)]
             refs.named = inner.named
-            return {"lines": [line for line in lines if line], "refs": inner, "pre": pre}
+            return {"lines": [line for line in lines if line], "refs": inner, "pre": pre, "declare": [], "stores": []}
 
         scope += per_row(0)
         passes = []
@@ -338,14 +338,11 @@ class _KernelEmitter:
                 steps.append(f"{acc} = {op}()({acc}, {value});")
                 combine.append((acc, op, partial))
                 refs[idx] = acc
-            if warp:
-                combine = [(var, op, None) for var, op, _ in combine]
-            passes.append({"init": init, "lines": loop["lines"], "steps": steps, "combine": combine,
-                           "after": finish + per_row(round_), "pre": loop["pre"], "declare": [], "stores": []})
+            passes.append({**loop, "init": init, "steps": steps, "combine": combine, "after": finish + per_row(round_)})
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
         final = element_pass(schedule.passes[-1]) if element_stores else None
         if final is not None and width == 1:
-            final["stores"] = [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
+            final["lines"] += [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
                                for a, at in element_stores]
         elif final is not None:  # each element into its place in a vector, stored whole after the last
             out = {a.buffer: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in element_stores}
@@ -354,8 +351,6 @@ class _KernelEmitter:
                                for a, at in element_stores]
             final["stores"] = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                                f"= {out[a.buffer]};" for a, _ in element_stores]
-        if final is not None:
-            final.setdefault("declare", [])
         if width > 1:
             self.helpers.add("vec")
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"

@@ -109,11 +109,10 @@ def refine(compiled, options, compile_with: Callable[..., object],
     `options` (CompileOptions); `compile_with(**changes)` compiles the pipeline
     with some of them changed. Returns `compiled` where nothing is close or the
     fuse mode is not auto; the observations are remembered."""
-    from fusec.passes.fusion import FusionOptions, ranked_partitions
+    from fusec.passes.fusion import ranked_partitions
     if options.fuse != "auto" or options.partition is not None:
         return compiled
-    ranked = ranked_partitions(compiled.graph, FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch,
-                                                             fast_math=options.fast_math, observed=options.observed))
+    ranked = ranked_partitions(compiled.graph, options.auto_fusion())
     close = [groups for us, _, groups in ranked if us <= ranked[0][0] * (1 + CLOSE)][:CLOSE_COMPILED]
     if len(close) < 2:  # nothing close: the estimate decided alone
         return compiled

@@ -114,10 +114,10 @@ def variant_shape(form: Form, elements_per_thread: int) -> VariantShape:
 BASE_REGS = 6
 # A column kernel's row loop, which ptxas unrolls (four rows in flight, their
 # addresses and the trip count): ptxas gave 26-32 registers for the first column
-# kernels (tests/programs/columns.fz) where the row kernel's terms said 17-20.
+# kernels (tests/programs/columns.fz) where the row kernel's terms said 17-20;
+# but not where one thread sums a single column's 128 partials (the finish of a
+# [rows, 1] or 1-D total: 16 registers where the loop's terms said 27).
 COLUMN_LOOP_REGS = 10
-# ...but not where one thread sums a single column's 128 partials (the finish
-# of a [rows, 1] or 1-D total: 16 registers where the loop's terms said 27).
 # A row kernel's warp-per-row variant: ptxas unrolls its 32-stride loops further
 # than the block's; on the six row examples (f32 and bf16) it took 5-14 more
 # registers than the block-per-row variant (median 10).

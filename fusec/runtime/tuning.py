@@ -16,7 +16,7 @@ from typing import Callable
 
 from fusec import __version__, cache
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
-from fusec.passes.fusion import FusionOptions, predict_partition, ranked_partitions
+from fusec.passes.fusion import predict_partition, ranked_partitions
 from fusec.passes.partitions import Context, neighbours
 
 MAX_CANDIDATES = 8
@@ -39,8 +39,7 @@ def candidates(compiled: Compiled, options: CompileOptions) -> list[tuple[tuple,
     """(groups, how it was found, predicted µs): the compiled choice (refined on real
     registers where it was), the model's best, and the choice's neighbours."""
     graph = compiled.graph
-    fusion = FusionOptions(mode="auto", max_regs=options.max_regs, arch=options.arch, fast_math=options.fast_math,
-                           observed=options.observed)
+    fusion = options.auto_fusion()
     ranked = ranked_partitions(graph, fusion)
     chosen = tuple(map(tuple, compiled.partition.groups))
     found: dict[tuple, tuple[str, float]] = {chosen: ("the model's choice", predict_partition(graph, chosen, fusion))}

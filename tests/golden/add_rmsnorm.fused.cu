@@ -215,7 +215,6 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -230,14 +229,12 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
         const float v3 = v2 * v2;
         acc = fz_sum_op()(acc, v3);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v4 = acc / length;
     const float v5 = v4 + eps;
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -260,7 +257,6 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // add_rmsnorm_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 30 registers.
@@ -283,7 +279,6 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -298,14 +293,12 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
         const float v3 = v2 * v2;
         acc = fz_sum_op()(acc, v3);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v4 = acc / length;
     const float v5 = v4 + eps;
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -326,7 +319,6 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // add_rmsnorm_k0_v4: one block per row; estimated 30 registers.
@@ -346,7 +338,6 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -361,14 +352,12 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
         const float v3 = v2 * v2;
         acc = fz_sum_op()(acc, v3);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v4 = acc / length;
     const float v5 = v4 + eps;
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -391,7 +380,6 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 
@@ -632,7 +620,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -649,14 +636,12 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
         const float v5 = (float)v4;
         acc = fz_sum_op()(acc, v5);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -683,7 +668,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // add_rmsnorm_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 30 registers.
@@ -706,7 +690,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -723,14 +706,12 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
         const float v5 = (float)v4;
         acc = fz_sum_op()(acc, v5);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -755,7 +736,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // add_rmsnorm_bf16_k0_v8: one block per row; estimated 30 registers.
@@ -775,7 +755,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -792,14 +771,12 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
         const float v5 = (float)v4;
         acc = fz_sum_op()(acc, v5);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -826,6 +803,5 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }

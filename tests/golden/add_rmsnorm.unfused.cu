@@ -169,7 +169,6 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> h_v = *reinterpret_cast<const fz_vec<float, 4>*>(h + i);
 #pragma unroll
@@ -178,7 +177,6 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_warp_v4(
         const float v0 = h_v.v[k];
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -200,7 +198,6 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> h_v = *reinterpret_cast<const fz_vec<float, 4>*>(h + i);
 #pragma unroll
@@ -209,7 +206,6 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_v4(
         const float v0 = h_v.v[k];
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -459,7 +455,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);
 #pragma unroll
@@ -469,7 +464,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_warp_v8(
         const float v1 = v0 * v0;
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -491,7 +485,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);
 #pragma unroll
@@ -501,7 +494,6 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_v8(
         const float v1 = v0 * v0;
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);

@@ -242,7 +242,6 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -254,7 +253,6 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -265,7 +263,6 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
     const bool v5 = v3 || v4;
     float acc__ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -277,7 +274,6 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc__ = fz_sum_op()(acc__, v8);
-      }
       }
     }
     acc__ = fz_warp_combine(acc__, fz_sum_op());
@@ -309,7 +305,6 @@ extern "C" __global__ void cross_entropy_k0_cached_v4(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -321,7 +316,6 @@ extern "C" __global__ void cross_entropy_k0_cached_v4(
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -332,7 +326,6 @@ extern "C" __global__ void cross_entropy_k0_cached_v4(
     const bool v5 = v3 || v4;
     float acc__ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -343,7 +336,6 @@ extern "C" __global__ void cross_entropy_k0_cached_v4(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc__ = fz_sum_op()(acc__, v8);
-      }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
@@ -373,7 +365,6 @@ extern "C" __global__ void cross_entropy_k0_v4(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -385,7 +376,6 @@ extern "C" __global__ void cross_entropy_k0_v4(
         acc = fz_max_op()(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -396,7 +386,6 @@ extern "C" __global__ void cross_entropy_k0_v4(
     const bool v5 = v3 || v4;
     float acc__ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -408,7 +397,6 @@ extern "C" __global__ void cross_entropy_k0_v4(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc__ = fz_sum_op()(acc__, v8);
-      }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
@@ -802,7 +790,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -815,7 +802,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -826,7 +812,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     const bool v6 = v4 || v5;
     float acc__ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -839,7 +824,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
         const float v9 = v8 - acc;
         const float v10 = expf(v9);
         acc__ = fz_sum_op()(acc__, v10);
-      }
       }
     }
     acc__ = fz_warp_combine(acc__, fz_sum_op());
@@ -871,7 +855,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -884,7 +867,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -895,7 +877,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
     const bool v6 = v4 || v5;
     float acc__ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -907,7 +888,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
         const float v9 = v8 - acc;
         const float v10 = expf(v9);
         acc__ = fz_sum_op()(acc__, v10);
-      }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
@@ -937,7 +917,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -950,7 +929,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -961,7 +939,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
     const bool v6 = v4 || v5;
     float acc__ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -974,7 +951,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
         const float v9 = v8 - acc;
         const float v10 = expf(v9);
         acc__ = fz_sum_op()(acc__, v10);
-      }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);

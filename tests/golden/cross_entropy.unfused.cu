@@ -238,7 +238,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
@@ -247,7 +246,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
         const float v0 = logits_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v1 = isinf(acc);
@@ -255,7 +253,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
@@ -265,7 +262,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -290,7 +286,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
     float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
@@ -299,7 +294,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
         const float v0 = (logits_row[col] = logits_v.v[k]);
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -307,7 +301,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -316,7 +309,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -339,7 +331,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
@@ -348,7 +339,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
         const float v0 = logits_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -356,7 +346,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
@@ -366,7 +355,6 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -455,7 +443,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
     float acc = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -465,7 +452,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
         const long long col = c + k;
         const float v1 = logits_v.v[k];
         if (col == v0) { acc = v1; hits = 1; }
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -490,7 +476,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     float acc = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -500,7 +485,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
         const long long col = c + k;
         const float v1 = logits_v.v[k];
         if (col == v0) { acc = v1; hits = 1; }
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -967,7 +951,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
@@ -977,7 +960,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v2 = isinf(acc);
@@ -985,7 +967,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
@@ -996,7 +977,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -1021,7 +1001,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
     __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
@@ -1031,7 +1010,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -1039,7 +1017,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1049,7 +1026,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1072,7 +1048,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
@@ -1082,7 +1057,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -1090,7 +1064,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
@@ -1101,7 +1074,6 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1192,7 +1164,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
     float acc = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -1203,7 +1174,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
         if (col == v0) { acc = v2; hits = 1; }
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -1228,7 +1198,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     float acc = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
@@ -1239,7 +1208,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
         if (col == v0) { acc = v2; hits = 1; }
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);

@@ -260,7 +260,6 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -271,13 +270,11 @@ extern "C" __global__ void layernorm_k0_warp_v4(
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -290,14 +287,12 @@ extern "C" __global__ void layernorm_k0_warp_v4(
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     const float v5 = acc_ / length;
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -318,7 +313,6 @@ extern "C" __global__ void layernorm_k0_warp_v4(
         y_out.v[k] = v14;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
     if (lane == 0) {
         mean[row] = v1;
@@ -345,7 +339,6 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -356,13 +349,11 @@ extern "C" __global__ void layernorm_k0_cached_v4(
         const float v0 = (x_row[col] = x_v.v[k]);
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -374,14 +365,12 @@ extern "C" __global__ void layernorm_k0_cached_v4(
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v5 = acc_ / length;
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -401,7 +390,6 @@ extern "C" __global__ void layernorm_k0_cached_v4(
         y_out.v[k] = v14;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
     if (threadIdx.x == 0) {
         mean[row] = v1;
@@ -426,7 +414,6 @@ extern "C" __global__ void layernorm_k0_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -437,13 +424,11 @@ extern "C" __global__ void layernorm_k0_v4(
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -456,14 +441,12 @@ extern "C" __global__ void layernorm_k0_v4(
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v5 = acc_ / length;
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -484,7 +467,6 @@ extern "C" __global__ void layernorm_k0_v4(
         y_out.v[k] = v14;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
     if (threadIdx.x == 0) {
         mean[row] = v1;
@@ -774,7 +756,6 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -786,13 +767,11 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -806,14 +785,12 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     const float v7 = acc_ / length;
     const float v8 = v7 + eps;
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -838,7 +815,6 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
         y_out.v[k] = __float2bfloat16_rn(v20);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
     if (lane == 0) {
         mean[row] = v2;
@@ -865,7 +841,6 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -877,13 +852,11 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -896,14 +869,12 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = acc_ / length;
     const float v8 = v7 + eps;
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -927,7 +898,6 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
         y_out.v[k] = __float2bfloat16_rn(v20);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
@@ -952,7 +922,6 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -964,13 +933,11 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -984,14 +951,12 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = acc_ / length;
     const float v8 = v7 + eps;
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -1016,7 +981,6 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
         y_out.v[k] = __float2bfloat16_rn(v20);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;

@@ -118,7 +118,6 @@ extern "C" __global__ void layernorm_k0_row_mean_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -126,7 +125,6 @@ extern "C" __global__ void layernorm_k0_row_mean_warp_v4(
         const long long col = c + k;
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -148,7 +146,6 @@ extern "C" __global__ void layernorm_k0_row_mean_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -156,7 +153,6 @@ extern "C" __global__ void layernorm_k0_row_mean_v4(
         const long long col = c + k;
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -290,7 +286,6 @@ extern "C" __global__ void layernorm_k1_row_var_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -299,13 +294,11 @@ extern "C" __global__ void layernorm_k1_row_var_warp_v4(
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -315,7 +308,6 @@ extern "C" __global__ void layernorm_k1_row_var_warp_v4(
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -339,7 +331,6 @@ extern "C" __global__ void layernorm_k1_row_var_cached_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -348,13 +339,11 @@ extern "C" __global__ void layernorm_k1_row_var_cached_v4(
         const float v0 = (x_row[col] = x_v.v[k]);
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -363,7 +352,6 @@ extern "C" __global__ void layernorm_k1_row_var_cached_v4(
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -385,7 +373,6 @@ extern "C" __global__ void layernorm_k1_row_var_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -394,13 +381,11 @@ extern "C" __global__ void layernorm_k1_row_var_v4(
         const float v0 = x_v.v[k];
         acc = fz_sum_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -410,7 +395,6 @@ extern "C" __global__ void layernorm_k1_row_var_v4(
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -662,7 +646,6 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -671,7 +654,6 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_warp_v8(
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -693,7 +675,6 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -702,7 +683,6 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -842,7 +822,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -852,13 +831,11 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -869,7 +846,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp_v8(
         const float v5 = v4 - v2;
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -893,7 +869,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -903,13 +878,11 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -919,7 +892,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached_v8(
         const float v5 = v4 - v2;
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -941,7 +913,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -951,13 +922,11 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
         const float v1 = (float)v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -968,7 +937,6 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
         const float v5 = v4 - v2;
         const float v6 = v5 * v5;
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);

@@ -184,7 +184,6 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -193,7 +192,6 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v1 = isinf(acc);
@@ -201,7 +199,6 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -212,14 +209,12 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     const float v7 = logf(acc_);
     const float v8 = acc + v7;
     const float v9 = v3 ? acc : v8;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
@@ -231,7 +226,6 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
         y_out.v[k] = v11;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // log_softmax_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
@@ -248,7 +242,6 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -257,7 +250,6 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
         const float v0 = (x_row[col] = x_v.v[k]);
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -265,7 +257,6 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -275,14 +266,12 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = logf(acc_);
     const float v8 = acc + v7;
     const float v9 = v3 ? acc : v8;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -293,7 +282,6 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
         y_out.v[k] = v11;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // log_softmax_k0_v4: one block per row; estimated 26 registers.
@@ -308,7 +296,6 @@ extern "C" __global__ void log_softmax_k0_v4(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -317,7 +304,6 @@ extern "C" __global__ void log_softmax_k0_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -325,7 +311,6 @@ extern "C" __global__ void log_softmax_k0_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -336,14 +321,12 @@ extern "C" __global__ void log_softmax_k0_v4(
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v7 = logf(acc_);
     const float v8 = acc + v7;
     const float v9 = v3 ? acc : v8;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
@@ -355,7 +338,6 @@ extern "C" __global__ void log_softmax_k0_v4(
         y_out.v[k] = v11;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 
@@ -559,7 +541,6 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -569,7 +550,6 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v2 = isinf(acc);
@@ -577,7 +557,6 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -589,14 +568,12 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     const float v9 = logf(acc_);
     const float v10 = acc + v9;
     const float v11 = v4 ? acc : v10;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -610,7 +587,6 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
         y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // log_softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
@@ -627,7 +603,6 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -637,7 +612,6 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -645,7 +619,6 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -656,14 +629,12 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v9 = logf(acc_);
     const float v10 = acc + v9;
     const float v11 = v4 ? acc : v10;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -676,7 +647,6 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
         y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // log_softmax_bf16_k0_v8: one block per row; estimated 26 registers.
@@ -691,7 +661,6 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -701,7 +670,6 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -709,7 +677,6 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -721,14 +688,12 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v9 = logf(acc_);
     const float v10 = acc + v9;
     const float v11 = v4 ? acc : v10;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -742,6 +707,5 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
         y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }

@@ -185,7 +185,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -194,7 +193,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v1 = isinf(acc);
@@ -202,7 +200,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -212,7 +209,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -237,7 +233,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached_v4(
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -246,7 +241,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached_v4(
         const float v0 = (x_row[col] = x_v.v[k]);
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -254,7 +248,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -263,7 +256,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_cached_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -286,7 +278,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -295,7 +286,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v1 = isinf(acc);
@@ -303,7 +293,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
     const bool v3 = v1 || v2;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -313,7 +302,6 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
         const float v5 = v4 - acc;
         const float v6 = expf(v5);
         acc_ = fz_sum_op()(acc_, v6);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -567,7 +555,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -577,7 +564,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     const bool v2 = isinf(acc);
@@ -585,7 +571,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -596,7 +581,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -621,7 +605,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached_v8(
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -631,7 +614,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -639,7 +621,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -649,7 +630,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_cached_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -672,7 +652,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -682,7 +661,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     const bool v2 = isinf(acc);
@@ -690,7 +668,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
     const bool v4 = v2 || v3;
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -701,7 +678,6 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
         const float v7 = v6 - acc;
         const float v8 = expf(v7);
         acc_ = fz_sum_op()(acc_, v8);
-      }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);

@@ -191,7 +191,6 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -203,14 +202,12 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v2 = acc / length;
     const float v3 = v2 + eps;
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -227,7 +224,6 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
         y_out.v[k] = v8;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // rmsnorm_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
@@ -247,7 +243,6 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -259,14 +254,12 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     const float v3 = v2 + eps;
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -282,7 +275,6 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
         y_out.v[k] = v8;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // rmsnorm_k0_v4: one block per row; estimated 29 registers.
@@ -300,7 +292,6 @@ extern "C" __global__ void rmsnorm_k0_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -312,14 +303,12 @@ extern "C" __global__ void rmsnorm_k0_v4(
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     const float v3 = v2 + eps;
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -336,7 +325,6 @@ extern "C" __global__ void rmsnorm_k0_v4(
         y_out.v[k] = v8;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 
@@ -547,7 +535,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -560,14 +547,12 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
     const float v3 = acc / length;
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -587,7 +572,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
         y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // rmsnorm_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
@@ -607,7 +591,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -620,14 +603,12 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v3 = acc / length;
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -646,7 +627,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
         y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // rmsnorm_bf16_k0_v8: one block per row; estimated 29 registers.
@@ -664,7 +644,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -677,14 +656,12 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v3 = acc / length;
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, cols]
         const long long c1 = fz_rem(i, e1);
@@ -704,6 +681,5 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
         y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }

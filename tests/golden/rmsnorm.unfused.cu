@@ -120,7 +120,6 @@ extern "C" __global__ void rmsnorm_k0_row_mean_warp_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -129,7 +128,6 @@ extern "C" __global__ void rmsnorm_k0_row_mean_warp_v4(
         const float v0 = x_v.v[k];
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -151,7 +149,6 @@ extern "C" __global__ void rmsnorm_k0_row_mean_v4(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -160,7 +157,6 @@ extern "C" __global__ void rmsnorm_k0_row_mean_v4(
         const float v0 = x_v.v[k];
         const float v1 = v0 * v0;
         acc = fz_sum_op()(acc, v1);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -358,7 +354,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_warp_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -368,7 +363,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_warp_v8(
         const float v1 = v0 * v0;
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -390,7 +384,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_v8(
     const float length = (float)e1;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -400,7 +393,6 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_v8(
         const float v1 = v0 * v0;
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);

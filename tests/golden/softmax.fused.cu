@@ -172,7 +172,6 @@ extern "C" __global__ void softmax_k0_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -181,12 +180,10 @@ extern "C" __global__ void softmax_k0_warp_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -197,11 +194,9 @@ extern "C" __global__ void softmax_k0_warp_v4(
         const float v3 = expf(v2);
         acc_ = fz_sum_op()(acc_, v3);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
@@ -215,7 +210,6 @@ extern "C" __global__ void softmax_k0_warp_v4(
         y_out.v[k] = v7;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // softmax_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 28 registers.
@@ -232,7 +226,6 @@ extern "C" __global__ void softmax_k0_cached_v4(
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -241,12 +234,10 @@ extern "C" __global__ void softmax_k0_cached_v4(
         const float v0 = (x_row[col] = x_v.v[k]);
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -256,11 +247,9 @@ extern "C" __global__ void softmax_k0_cached_v4(
         const float v3 = expf(v2);
         acc_ = fz_sum_op()(acc_, v3);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -273,7 +262,6 @@ extern "C" __global__ void softmax_k0_cached_v4(
         y_out.v[k] = v7;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 // softmax_k0_v4: one block per row; estimated 28 registers.
@@ -288,7 +276,6 @@ extern "C" __global__ void softmax_k0_v4(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -297,12 +284,10 @@ extern "C" __global__ void softmax_k0_v4(
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -313,11 +298,9 @@ extern "C" __global__ void softmax_k0_v4(
         const float v3 = expf(v2);
         acc_ = fz_sum_op()(acc_, v3);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
@@ -331,7 +314,6 @@ extern "C" __global__ void softmax_k0_v4(
         y_out.v[k] = v7;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-      }
     }
 }
 
@@ -523,7 +505,6 @@ extern "C" __global__ void softmax_bf16_k0_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -533,12 +514,10 @@ extern "C" __global__ void softmax_bf16_k0_warp_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_warp_combine(acc, fz_max_op());
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -550,11 +529,9 @@ extern "C" __global__ void softmax_bf16_k0_warp_v8(
         const float v5 = expf(v4);
         acc_ = fz_sum_op()(acc_, v5);
       }
-      }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -570,7 +547,6 @@ extern "C" __global__ void softmax_bf16_k0_warp_v8(
         y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 28 registers.
@@ -587,7 +563,6 @@ extern "C" __global__ void softmax_bf16_k0_cached_v8(
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -597,12 +572,10 @@ extern "C" __global__ void softmax_bf16_k0_cached_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -613,11 +586,9 @@ extern "C" __global__ void softmax_bf16_k0_cached_v8(
         const float v5 = expf(v4);
         acc_ = fz_sum_op()(acc_, v5);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -632,7 +603,6 @@ extern "C" __global__ void softmax_bf16_k0_cached_v8(
         y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }
 // softmax_bf16_k0_v8: one block per row; estimated 28 registers.
@@ -647,7 +617,6 @@ extern "C" __global__ void softmax_bf16_k0_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -657,12 +626,10 @@ extern "C" __global__ void softmax_bf16_k0_v8(
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
       }
-      }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -674,11 +641,9 @@ extern "C" __global__ void softmax_bf16_k0_v8(
         const float v5 = expf(v4);
         acc_ = fz_sum_op()(acc_, v5);
       }
-      }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -694,6 +659,5 @@ extern "C" __global__ void softmax_bf16_k0_v8(
         y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
     }
 }

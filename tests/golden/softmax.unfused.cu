@@ -113,7 +113,6 @@ extern "C" __global__ void softmax_k0_row_max_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -121,7 +120,6 @@ extern "C" __global__ void softmax_k0_row_max_warp_v4(
         const long long col = c + k;
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_max_op());
@@ -141,7 +139,6 @@ extern "C" __global__ void softmax_k0_row_max_v4(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
@@ -149,7 +146,6 @@ extern "C" __global__ void softmax_k0_row_max_v4(
         const long long col = c + k;
         const float v0 = x_v.v[k];
         acc = fz_max_op()(acc, v0);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
@@ -267,7 +263,6 @@ extern "C" __global__ void softmax_k2_row_sum_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
 #pragma unroll
@@ -275,7 +270,6 @@ extern "C" __global__ void softmax_k2_row_sum_warp_v4(
         const long long col = c + k;
         const float v0 = e_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -295,7 +289,6 @@ extern "C" __global__ void softmax_k2_row_sum_v4(
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
 #pragma unroll
@@ -303,7 +296,6 @@ extern "C" __global__ void softmax_k2_row_sum_v4(
         const long long col = c + k;
         const float v0 = e_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
@@ -478,7 +470,6 @@ extern "C" __global__ void softmax_bf16_k0_row_max_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -487,7 +478,6 @@ extern "C" __global__ void softmax_bf16_k0_row_max_warp_v8(
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_max_op());
@@ -507,7 +497,6 @@ extern "C" __global__ void softmax_bf16_k0_row_max_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
@@ -516,7 +505,6 @@ extern "C" __global__ void softmax_bf16_k0_row_max_v8(
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
         acc = fz_max_op()(acc, v1);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
@@ -636,7 +624,6 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
 #pragma unroll
@@ -644,7 +631,6 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_warp_v4(
         const long long col = c + k;
         const float v0 = e_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
@@ -664,7 +650,6 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_v4(
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-      {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
 #pragma unroll
@@ -672,7 +657,6 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_v4(
         const long long col = c + k;
         const float v0 = e_v.v[k];
         acc = fz_sum_op()(acc, v0);
-      }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);

@@ -198,7 +198,12 @@ def _module_key(source: str, options: tuple[str, ...]) -> str:
 def compile_module(source: str, arch: str, native: bool, fast_math: bool = False) -> bytes:
     """Machine code for `arch` (native: the device's own), else PTX for it that
     the driver compiles at load; from the disk cache, else from NVRTC."""
-    options = _options(arch, native, fast_math)
+    return _cached_module(source, _options(arch, native, fast_math), native)[0]
+
+
+def _cached_module(source: str, options: tuple[str, ...], native: bool) -> tuple[bytes, str]:
+    """The module compiled with `options`, and its cache key (a cubin's ptxas
+    report is kept under the same key)."""
     key = _module_key(source, options)
 
     def build() -> bytes:
@@ -207,15 +212,15 @@ def compile_module(source: str, arch: str, native: bool, fast_math: bool = False
             cache.write("cuda", key, ".ptxas.json", json.dumps(ptxas_functions(log)).encode())
         return code
     # Atomic, digest-checked and built once among concurrent processes (fusec.cache).
-    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build)
+    return cache.load_or_build("cuda", key, ".cubin" if native else ".ptx", build), key
 
 
 def ptxas_report(source: str, arch: str, fast_math: bool = False) -> dict[str, dict[str, int]]:
     """{function: registers, stack and spilled bytes} that ptxas reported when it
     built this module for `arch` (compiled now if it is not in the cache)."""
-    compile_module(source, arch, native=True, fast_math=fast_math)
     options = _options(arch, True, fast_math)
-    data = cache.read("cuda", _module_key(source, options), ".ptxas.json")
+    _, key = _cached_module(source, options, True)
+    data = cache.read("cuda", key, ".ptxas.json")
     if data is None:  # the cubin was kept but not its report (a full disk): compile again for it
         return ptxas_functions(nvrtc_compile(source, options, True)[1])
     return json.loads(data)
