@@ -194,6 +194,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="the fused form timed beside the unfused one: auto (the cost model's) or all")
     p.add_argument("--row-length", type=_size, default=4096, metavar="N",
                    help="the innermost dim of 2-D arrays: a row reduction's row (default: 4096)")
+    p.add_argument("--grad", action="store_true",
+                   help="time forward + backward (the derived PIPELINE_grad) beside torch eager autograd, "
+                        "torch.compile and Liger, gradients checked first")
+    p.add_argument("--backend", choices=("cuda", "sim", "numpy"), default="cuda",
+                   help="where to run: cuda (default); sim or numpy time --grad on the CPU (small sizes)")
 
 
 def _bench_program(args, source) -> tuple[Program, list[str]]:
@@ -220,6 +225,11 @@ def run_bench(args) -> int:
     from fusec.bench import harness as bench
     source = read_source(args.file)
     program, names = _bench_program(args, source)
+    if args.grad:
+        return _run_bench_grad(args, program, names)
+    if args.backend != "cuda":
+        raise UsageError(f"--backend {args.backend}: without --grad, fusec bench times the forward on a GPU "
+                         "only (--backend cuda); --grad times forward + backward on any backend")
     from fusec.runtime.backends.cuda import available
     if not available():
         print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
@@ -242,6 +252,39 @@ def run_bench(args) -> int:
     if args.plot:
         _write("--plot", args.plot, lambda path: bench.plot(rows, str(path)))
     return 0
+
+
+def _run_bench_grad(args, program: Program, names: list[str]) -> int:
+    """`fusec bench --grad`: forward + backward of each pipeline, its gradients checked first."""
+    for option in ("graph", "dispatch"):
+        if getattr(args, option):
+            raise UsageError(f"--{option} times the forward only; leave it out with --grad")
+    from fusec.bench import harness as bench
+    from fusec.bench.grad import GradBench
+    from fusec.frontend.grad import backward_program
+    backward_program(program, *names)  # what cannot be differentiated: a located error, before any work
+    if args.backend == "cuda":
+        from fusec.runtime.backends.cuda import available
+        if not available():
+            print("fusec bench: needs a CUDA device and CuPy (pip install -e '.[cuda12]' or '.[cuda13]'); "
+                  "none was found (--backend sim or numpy times --grad on the CPU)", file=sys.stderr)
+            return EXIT_USAGE
+    rows = []
+    float_type = args.dtype or "as written"
+    for name in names:
+        runner = GradBench(program, name, float_type, backend=args.backend, fuse=args.fuse,
+                           row_length=args.row_length)
+        for size in args.sizes:
+            found = runner.run(size)
+            rows += found
+            print(bench.format_rows(found), flush=True)
+    print()
+    print(bench.format_rows(rows))
+    if args.json:
+        _write("--json", args.json, lambda path: path.write_text(json.dumps(bench.to_json(rows), indent=1) + "\n"))
+    if args.plot:
+        _write("--plot", args.plot, lambda path: bench.plot(rows, str(path)))
+    return EXIT_OK
 
 
 # ---- fusec cache

@@ -45,6 +45,7 @@ class Row:
     pct_of_copy: float | None = None
     speedup_vs_unfused: float | None = None
     note: str = ""
+    grad: bool = False  # forward + backward (`fusec bench --grad`), not the forward alone
 
 
 def _code(program_text: str) -> str:
@@ -318,7 +319,7 @@ def format_rows(rows: list[Row]) -> str:
     header = "| pipeline | dtype | elements | variant | µs/call | TB/s | % of copy | × unfused | note |"
     lines = [header, "|" + "---|" * 9]
     for r in rows:
-        cells = [r.pipeline, r.dtype, _size(r.size), r.variant, _num(r.us_per_call, 1), _num(r.tb_per_s, 2),
+        cells = [f"{r.pipeline} (fwd+bwd)" if r.grad else r.pipeline, r.dtype, _size(r.size), r.variant, _num(r.us_per_call, 1), _num(r.tb_per_s, 2),
                  _num(r.pct_of_copy, 1), _num(r.speedup_vs_unfused, 2), r.note]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
