@@ -98,11 +98,12 @@ _OPERATORS = {
 }
 # Fast math (`fast_math=True`): the f32 functions CUDA has a hardware
 # approximation of, as its intrinsic (CUDA Programming Guide, "Intrinsic
-# Functions"), and tanh as PTX's tanh.approx.f32 (sm_75 and later); each one's
-# error is in the README. erf, log1p, atan2 and the rest have none and stay
-# accurate. Division is __fdividef; sigmoid uses __expf.
+# Functions"), tanh as PTX's tanh.approx.f32 (sm_75 and later) and erf as
+# fusec's own (the prelude's fz_erf_fast); each one's error is in the README.
+# log1p, atan2 and the rest have none and stay accurate. Division is
+# __fdividef; sigmoid uses __expf.
 _FAST_F32 = {
-    "tanh": "fz_tanh_fast({0})",
+    "tanh": "fz_tanh_fast({0})", "erf": "fz_erf_fast({0})",
     "exp": "__expf({0})", "log": "__logf({0})", "log2": "__log2f({0})", "log10": "__log10f({0})",
     "sin": "__sinf({0})", "cos": "__cosf({0})", "tan": "__tanf({0})", "pow": "__powf({0}, {1})",
     "div": "__fdividef({0}, {1})", "sigmoid": "__fdividef(1.0f, 1.0f + __expf(-{0}))",
@@ -111,7 +112,8 @@ FAST_FUNCTIONS = tuple(_FAST_F32)
 
 # Helpers in the prelude that each op needs.
 HELPERS = {"fz_div": "div", "fz_mod": "mod", "fz_ipow": "pow", "fz_abs": "abs", "fz_min": "min",
-           "fz_max": "max", "fz_f2i": "f2i", "fz_tanh_fast": "tanh_fast"}
+           "fz_max": "max", "fz_f2i": "f2i", "fz_tanh_fast": "tanh_fast",
+           "fz_erf_fast": "erf_fast"}
 
 
 def op_expr(op: str, t: ScalarType, operand_type: ScalarType, args: list[str], fast: bool = False) -> str:
