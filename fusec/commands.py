@@ -134,9 +134,13 @@ def run_compile(args) -> int:
         raise FzError(Diagnostic(Loc(), f"no pipeline named '{args.pipeline}' (pipelines: {', '.join(names)})"),
                       program.source)
     selected = [args.pipeline] if args.pipeline else names
-    if args.grad:
-        from fusec.frontend.grad import backward_program
-        program = backward_program(program, *selected)
+    if args.grad:  # each backward in the form the cost model chose (said in its .fz and by --report)
+        from fusec.frontend.grad import backward_program, choose_backward
+        chosen = CompileOptions(max_regs=args.max_regs, arch=args.arch, fast_math=args.fast_math)
+        forward, program = program, backward_program(program, *selected, options=chosen)
+        if args.report:
+            for name in selected:
+                print(f"backward: {choose_backward(forward, name, chosen).describe()}", file=sys.stderr)
         selected = [f"{name}_grad" for name in selected]
     if args.emit == "fz":
         text = program.source.text

@@ -3,7 +3,8 @@ in f64 of fusec.torch_op, whose backward is the derived pipeline, for the
 differentiable examples, a statement of every differentiable builtin and
 random differentiable pipelines (hypothesis); the derived .fz itself, and that
 of every differentiable example as golden text; located errors for what cannot
-be differentiated yet."""
+be differentiated yet; the save-or-recompute choice following the cost model,
+and both forms giving the same gradients."""
 import itertools
 import re
 
@@ -16,7 +17,7 @@ from helpers import EXAMPLES, ROOT
 import fusec
 from fusec.errors import FzError, Source
 from fusec.frontend import check_source
-from fusec.frontend.grad import backward_source
+from fusec.frontend.grad import backward_program, backward_source, choose_backward, saveable_outputs
 
 torch = pytest.importorskip("torch")
 _names = itertools.count()
@@ -50,12 +51,14 @@ DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "so
                   "layernorm", "rmsnorm", "add_rmsnorm"]
 
 
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
 @pytest.mark.parametrize("example", DIFFERENTIABLE)
-def test_every_differentiable_example_passes_gradcheck(example):
+def test_every_differentiable_example_passes_gradcheck(example, backend):
+    """With the backward the cost model chose (some take the forward's outputs saved)."""
     text = f64((ROOT / "examples" / f"{example}.fz").read_text())
     program = check_source(Source(f"{example}.fz", text))
     for pipeline in program.pipelines:
-        gradcheck(text, pipeline.name, {"n": 7, "rows": 3, "cols": 5, "tokens": 3, "hidden": 5}, x=True)
+        gradcheck(text, pipeline.name, {"n": 7, "rows": 3, "cols": 5, "tokens": 3, "hidden": 5}, backend, x=True)
 
 
 BUILTIN_CASES = [
@@ -135,11 +138,19 @@ def test_what_cannot_be_differentiated_is_a_located_error(text, fragment):
     assert caught.value.diagnostics[0].loc.line >= 1
 
 
-def test_the_cli_prints_and_compiles_the_backward(tmp_path):
+def test_the_cli_prints_and_compiles_the_backward(tmp_path, capsys):
     from fusec.cli import main
     out = tmp_path / "grad.fz"
     assert main(["compile", "--grad", "--emit", "fz", str(ROOT / "examples/softmax.fz"), "-o", str(out)]) == 0
-    assert "pipeline softmax_grad(" in out.read_text() and "pipeline softmax_bf16_grad(" in out.read_text()
+    assert "pipeline softmax_grad(x: f32[rows, cols], y: f32[rows, cols], grad_y: f32[rows, cols])" in \
+        out.read_text() and "pipeline softmax_bf16_grad(" in out.read_text()
+    # the choice and why: both forms' predicted forward + backward
+    assert re.search(r"# The cost model's choice: softmax_grad: saving y, .* \(saving y: [\d.]+ \+ [\d.]+ = [\d.]+ µs"
+                     r".*; recomputing every forward value: [\d.]+ \+ [\d.]+ = [\d.]+ µs", out.read_text())
+    assert main(["compile", "--grad", "--report", str(ROOT / "examples/log_softmax.fz"), "-o",
+                 str(tmp_path / "ls.cu")]) == 0
+    assert re.search(r"backward: log_softmax_grad: saving y, (the lower predicted time|within 1 % of the same predicted "
+                     r"time, with less arithmetic,) for forward \+ backward at 2\^26 elements", capsys.readouterr().err)
     cu = tmp_path / "grad.cu"
     assert main(["compile", "--grad", str(ROOT / "examples/softmax.fz"), "-o", str(cu)]) == 0
     assert "__global__ void softmax_grad_k0" in cu.read_text()
@@ -163,11 +174,125 @@ def test_examples_listed_here_are_all_the_differentiable_ones():
 
 @pytest.mark.parametrize("example", DIFFERENTIABLE)
 def test_the_derived_backward_matches_golden(file_regression, example):
-    """Regenerate on purpose with `pytest tests/test_grad.py --force-regen`, reading the diff."""
+    """The form the cost model chose (softmax's, log_softmax's, layernorm's and add_rmsnorm's take
+    outputs saved). Regenerate on purpose with `pytest tests/test_grad.py --force-regen`, reading the diff."""
     program = check_source(Source(f"{example}.fz", (ROOT / "examples" / f"{example}.fz").read_text()))
-    text = "\n".join(backward_source(program, p.name) for p in program.pipelines)
+    text = "\n".join(backward_source(program, p.name, choose_backward(program, p.name).saved)
+                     for p in program.pipelines)
     check_source(Source(f"{example}.grad.fz", text))  # the golden text is itself a valid program
     file_regression.check(text, fullpath=ROOT / "tests" / "golden" / f"{example}.grad.fz")
+
+
+def test_softmax_recomputing_everything_matches_golden(file_regression):
+    """The form not chosen for softmax: y recomputed, its adjoint still the softmax rule (none through row_max)."""
+    program = check_source(Source("softmax.fz", (ROOT / "examples/softmax.fz").read_text()))
+    text = "\n".join(backward_source(program, p.name) for p in program.pipelines)
+    file_regression.check(text, fullpath=ROOT / "tests" / "golden" / "softmax.recompute.grad.fz")
+
+
+# ---- save or recompute: the cost model's choice, and both forms correct
+
+CHOICES = """
+pipeline softmax(x: f64[r, c]) -> (y: f64[r, c]) {
+    m = row_max(x);
+    e = exp(x - m);
+    y = e / row_sum(e);
+}
+pipeline log_softmax_bf16(x: bf16[r, c]) -> (y: bf16[r, c]) { y = x - row_logsumexp(x); }
+pipeline power(x: f32[r, c], w: f32[r, c]) -> (y: f32[r, c]) { y = pow(x, w); }
+pipeline chain(x: f32[r, c]) -> (y: f32[r, c]) { y = exp(tanh(x) * sin(x)); }
+pipeline affine(x: f32[r, c], b: f32[r, c]) -> (y: f32[r, c]) { y = x * 2.0 + b; }
+"""
+
+
+@pytest.mark.parametrize("pipeline", ["log_softmax_bf16", "power"])
+def test_saving_the_output_is_chosen_where_the_cost_model_says_it_is_cheaper(pipeline):
+    """log_softmax's recompute needs a row_logsumexp (exp(y) with y saved); pow's the pow again:
+    the saved form's predicted total is lower."""
+    program = check_source(Source("choices.fz", CHOICES))
+    choice = choose_backward(program, pipeline)
+    assert choice.saved == ("y",)
+    assert set(choice.backward) == {(), ("y",)}
+    assert choice.total_us(("y",)) < choice.total_us(())
+    assert "saving y, the lower predicted time" in choice.describe()
+    text = backward_program(program, pipeline).source.text
+    assert f"pipeline {pipeline}_grad(x: " in text and ", y: " in text.split(f"{pipeline}_grad(")[1].split(")")[0]
+
+
+@pytest.mark.parametrize("source", ["choices", "softmax.fz"])
+def test_softmax_saves_y_it_is_no_slower_and_a_fraction_of_the_arithmetic(source):
+    """softmax's recompute needs row_max, exp and two row_sums; with y saved, one row_sum. Both read
+    12 B an element in f32 (the row stays on chip), so at the nominal size the predicted times may
+    tie (memory-bound): then the saved form's arithmetic, under half of recomputing's, decides."""
+    text = CHOICES if source == "choices" else (ROOT / "examples/softmax.fz").read_text()
+    program = check_source(Source(source, text))
+    choice = choose_backward(program, "softmax")
+    assert choice.saved == ("y",)
+    assert choice.total_us(("y",)) <= choice.total_us(())
+    assert choice.backward[("y",)][1] < choice.backward[()][1] / 2
+    # nothing of the forward recomputed: only y's
+    assert "d_e_arg = y * (d_y - row_sum(d_y * y));\n    grad_x = d_e_arg;" in backward_source(program, "softmax", ("y",))
+    assert "where(x == m" not in backward_source(program, "softmax")  # no gradient through the shift
+
+
+def test_recomputing_is_chosen_where_the_saved_output_would_be_an_extra_read():
+    """chain's backward reads x anyway (tanh and sin's derivatives): y saved would be one more
+    array to read; affine's backward reads nothing of the forward (nothing to save)."""
+    program = check_source(Source("choices.fz", CHOICES))
+    choice = choose_backward(program, "chain")
+    assert choice.saved == ()
+    assert choice.total_us(()) < choice.total_us(("y",))
+    assert "recomputing every forward value, the lower predicted time" in choice.describe()
+    assert "pipeline chain_grad(x: f32[r, c], grad_y: f32[r, c])" in backward_program(program, "chain").source.text
+    assert saveable_outputs(program, "affine") == ()
+    assert choose_backward(program, "affine").saved == ()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+@pytest.mark.parametrize("pipeline,reference", [
+    ("softmax", lambda x: torch.softmax(x, -1)),
+    ("log_softmax", lambda x: torch.log_softmax(x, -1)),
+    ("power", lambda x, w: torch.pow(x, w)),
+    ("chain", lambda x: torch.exp(torch.tanh(x) * torch.sin(x))),
+])
+def test_both_forms_give_torchs_gradients(backend, pipeline, reference):
+    """The backward recomputing everything and the one taking y saved, each forced, run on
+    the forward's y: both are torch's gradient (f64)."""
+    text = f64(CHOICES).replace("log_softmax_bf16", "log_softmax")
+    program = check_source(Source("choices.fz", text))
+    rng = np.random.default_rng(3)
+    inputs = [np.abs(rng.standard_normal((3, 17))) + 0.5 for _ in program.pipeline(pipeline).params]
+    g = rng.standard_normal((3, 17))
+    y = fusec.jit(text, backend=backend, pipeline=pipeline)(*inputs)
+    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
+    reference(*tensors).backward(torch.tensor(g))
+    expected = [t.grad.numpy() for t in tensors]
+    for saved in ((), ("y",)):
+        grad = fusec.jit(backward_program(program, pipeline, saved={pipeline: saved}).source.text, backend=backend,
+                         pipeline=f"{pipeline}_grad")
+        found = grad(*inputs, *([y] if saved else []), g)
+        for a, b in zip(found if isinstance(found, tuple) else (found,), expected):
+            np.testing.assert_allclose(np.asarray(a), b, rtol=1e-10, atol=1e-12)
+
+
+def test_the_op_saves_the_outputs_its_backward_takes():
+    """softmax's op saves y for autograd and its backward op takes it; chain's saves none."""
+    program = check_source(Source("choices.fz", CHOICES))
+    softmax = fusec.torch_op(CHOICES, name=f"grad_test::saved{next(_names)}", pipeline="softmax", backend="numpy")
+    assert softmax.definition.saved_outputs() == [True]
+    assert softmax.backward.schema == "(Tensor x, Tensor y, Tensor grad_y) -> Tensor"
+    chain = fusec.torch_op(CHOICES, name=f"grad_test::saved{next(_names)}", pipeline="chain", backend="numpy")
+    assert chain.definition.saved_outputs() == [False]
+    assert chain.backward.schema == "(Tensor x, Tensor grad_y) -> Tensor"
+    x = torch.randn(3, 9, dtype=torch.float64, requires_grad=True)
+    y = softmax(x)
+    assert any(t is y or t.data_ptr() == y.data_ptr() for t in y.grad_fn.saved_tensors)
+    weights = torch.randn(3, 9, dtype=torch.float64)
+    (y * weights).sum().backward()
+    twin = x.detach().clone().requires_grad_()
+    (torch.softmax(twin, -1) * weights).sum().backward()
+    torch.testing.assert_close(x.grad, twin.grad)
+    assert program.pipeline("softmax") is not None
 
 
 # ---- random differentiable pipelines (hypothesis): gradcheck of the derived backward

@@ -250,3 +250,23 @@ def test_row_reductions_as_ops_match_torch_and_compile_without_a_graph_break():
     compiled = torch.compile(model, fullgraph=True)
     torch.testing.assert_close(compiled(x, w), model(x, w))
     assert torch._dynamo.explain(model)(x, w).graph_break_count == 0
+
+
+def test_an_op_whose_backward_takes_its_saved_output_passes_opcheck_and_compiles_with_backward():
+    """softmax's chosen backward takes y (saved by autograd): opcheck's autograd and AOT checks,
+    the fake backward op, and loss.backward() through torch.compile(fullgraph=True)."""
+    op = fusec.torch_op(str(ROOT / "examples/softmax.fz"), name=unique("softmax"), pipeline="softmax")
+    assert op.definition.saved_outputs() == [True]
+    assert op.backward.schema == "(Tensor x, Tensor y, Tensor grad_y) -> Tensor"
+    x = torch.randn(4, 33, requires_grad=True)
+    torch.library.opcheck(op.op, (x,))
+    weights = torch.randn(4, 33)
+
+    def loss(a):
+        return (op(a) * weights).sum()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    compiled(x).backward()
+    twin = x.detach().clone().requires_grad_()
+    (torch.softmax(twin, -1) * weights).sum().backward()
+    torch.testing.assert_close(x.grad, twin.grad, rtol=1e-5, atol=1e-6)

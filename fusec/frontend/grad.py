@@ -6,8 +6,19 @@ The backward of `pipeline p(params) -> (outs)` is another .fz pipeline,
 
 with a gradient for each float array parameter, which fusec checks, fuses and
 emits like any other (`fusec compile --grad`, `--emit fz` prints it). It
-recomputes the forward statements it needs rather than saving them (fusion
-then keeps them in registers), and for each statement, last first, the
+recomputes the forward statements it needs (fusion then keeps them in
+registers), or takes some of the forward's outputs as saved inputs after the
+parameters (`p_grad(params..., y: <y's>, grad_out...)`): an output the op
+returns anyway, so saving it costs the backward a read and the forward
+nothing. Which outputs it takes is the cost model's choice (`choose_backward`:
+each form compiled, the forward's predicted time plus the backward's at
+NOMINAL_ELEMENTS, the lower total taken; a tie recomputes). With the output
+saved, a rule that reads the result (exp, sigmoid, tanh, sqrt, a division)
+reads it instead of recomputing it; softmax's `e / row_sum(e)` with
+`e = exp(t)` has the adjoint `y * (a - row_sum(a * y))` for t (and none for a
+per-row shift of t: softmax is invariant to it), and row_logsumexp's
+`exp(x - lse)` is `exp(y)` where y = x - lse is saved. For each statement,
+last first, the
 adjoint of every value the statement reads, by the chain rule through its
 expression, with PyTorch's derivatives: zero through floor, ceil, round,
 trunc, comparisons, integer casts and the unselected side of `where`; `min`,
@@ -19,8 +30,10 @@ parameters, `row_pick`, and a broadcast along a middle dim: each a located error
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Callable
 
@@ -28,6 +41,7 @@ from fusec.errors import Diagnostic, Diagnostics, FzError, Loc, Source
 from fusec.frontend.check_pipeline import Dims
 from fusec.ir.program import Program, fmt_shape
 from fusec.ir.stages import Stage, StageGraph
+from fusec.passes.cost import NOMINAL_ELEMENTS
 from fusec.passes.lower import lower
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=", "gt": ">",
@@ -38,17 +52,114 @@ _ZERO = {"floor", "ceil", "round", "trunc", "lt", "le", "gt", "ge", "eq", "ne", 
 LN2, LN10, TWO_OVER_SQRT_PI = "0.6931471805599453", "2.302585092994046", "1.1283791670955126"
 
 
-def backward_source(program: Program, name: str) -> str:
-    """The .fz text of pipeline `name`'s backward, `<name>_grad`."""
-    return _Backward(program, name).source()
+def backward_source(program: Program, name: str, saved: tuple[str, ...] = ()) -> str:
+    """The .fz text of pipeline `name`'s backward, `<name>_grad`, taking the
+    forward's outputs `saved` (names, a subset of `saveable_outputs`) after its
+    parameters and recomputing every other forward value it needs."""
+    return _Backward(program, name, tuple(saved)).source()
 
 
-def backward_program(program: Program, *names: str) -> Program:
+def saveable_outputs(program: Program, name: str) -> tuple[str, ...]:
+    """The float outputs of pipeline `name` that its backward reads when given them
+    saved (in output order): the outputs a save-or-recompute choice is made for."""
+    every = _Backward(program, name, None)
+    every.source()
+    return tuple(o for o in every.saved if re.search(rf"\b{re.escape(every.saved[o])}\b", every.body))
+
+
+@dataclass(frozen=True, slots=True)
+class BackwardChoice:
+    """The cost model's choice of a pipeline's backward: the outputs it takes saved
+    (() recomputes everything), and the predicted µs of the forward and of each
+    candidate backward, by the outputs it saves, at `elements` elements
+    (backward: {saved: (µs, µs of arithmetic)}; the arithmetic breaks a tie)."""
+
+    pipeline: str
+    saved: tuple[str, ...]
+    forward_us: float
+    backward: dict
+    elements: int = NOMINAL_ELEMENTS
+
+    def total_us(self, saved: tuple[str, ...]) -> float:
+        return self.forward_us + self.backward[saved][0]
+
+    def describe(self) -> str:
+        def form(saved):
+            return f"saving {', '.join(saved)}" if saved else "recomputing every forward value"
+
+        def cost(saved):
+            us, arithmetic = self.backward[saved]
+            return (f"{form(saved)}: {self.forward_us:.1f} + {us:.1f} = {self.forward_us + us:.1f} µs, "
+                    f"{arithmetic:.1f} µs of it the backward's arithmetic")
+
+        size = f"2^{self.elements.bit_length() - 1}" if self.elements & (self.elements - 1) == 0 else self.elements
+        if len(self.backward) == 1:
+            return (f"{self.pipeline}_grad recomputes every forward value it needs; saving an output would not "
+                    f"change it (forward + backward predicted at {size} elements: {cost(())})")
+        others = [s for s in self.backward if s != self.saved]
+        tie = any(self.backward[s][0] <= self.backward[self.saved][0] for s in others)
+        why = "within 1 % of the same predicted time, with less arithmetic," if tie else "the lower predicted time"
+        return (f"{self.pipeline}_grad: {form(self.saved)}, {why} for forward + backward at {size} elements "
+                f"({'; '.join(cost(s) for s in [self.saved] + others)})")
+
+
+_CHOICES: dict[tuple, BackwardChoice] = {}
+TIE = 0.01  # backwards predicted within 1 % of the fastest tie: the less arithmetic is taken
+
+
+def choose_backward(program: Program, name: str, options=None) -> BackwardChoice:
+    """Pipeline `name`'s backward form with the lower predicted forward + backward
+    time (fusec's compile path, CompileOptions `options`, fused by the cost model):
+    every subset of its saveable outputs (the empty one and all of them beyond three)."""
+    from fusec.compiler import CompileOptions
+    options = replace(options or CompileOptions(), fuse="auto", persistent=False, multi_tensor=False,
+                      partition=None, observed=())
+    key = (program.source.text, name, options)
+    if key in _CHOICES:
+        return _CHOICES[key]
+    saveable = saveable_outputs(program, name)
+    forms = [()] + ([c for k in range(1, len(saveable) + 1) for c in itertools.combinations(saveable, k)]
+                    if len(saveable) <= 3 else [saveable])
+    forward = _predicted(program, name, options)
+    times = {form: _predicted(_checked(backward_source(program, name, form), program), f"{name}_grad", options)
+             for form in forms}
+    # The lower predicted time; a tie (within TIE: memory-bound, the arithmetic hidden): the less
+    # arithmetic, then fewer tensors kept alive.
+    fastest = min(us for us, _ in times.values())
+    best = min((form for form in forms if times[form][0] <= fastest * (1 + TIE)),
+               key=lambda form: (round(times[form][1], 3), len(form)))
+    choice = _CHOICES[key] = BackwardChoice(name, best, forward[0], times)
+    return choice
+
+
+def backward_program(program: Program, *names: str, saved: dict | None = None, options=None) -> Program:
     """The backwards of the pipelines `names`, `<name>_grad` each, as one checked
-    program (FzError where one cannot be derived)."""
+    program (FzError where one cannot be derived). saved: the outputs each takes
+    saved ({name: (output, ...)}; a name left out recomputes everything); None:
+    the cost model's choice for each (`choose_backward`, said in a comment)."""
+    texts = []
+    for name in names:
+        if saved is None:
+            choice = choose_backward(program, name, options)
+            texts.append(f"# The cost model's choice: {choice.describe()}.\n"
+                         + backward_source(program, name, choice.saved))
+        else:
+            texts.append(backward_source(program, name, tuple(saved.get(name, ()))))
+    return _checked("\n".join(texts), program)
+
+
+def _checked(text: str, program: Program) -> Program:
     from fusec.frontend import check_source
-    text = "\n".join(backward_source(program, name) for name in names)
     return check_source(Source(f"{program.source.name} (backward)", text))
+
+
+def _predicted(program: Program, name: str, options) -> tuple[float, float]:
+    """The cost model's time for the compiled pipeline, and its arithmetic's: the sums
+    over its kernels' predictions."""
+    from fusec.compiler import compile_pipeline
+    predictions = [k.prediction for k in compile_pipeline(program, name, options).interface.kernels
+                   if k.prediction is not None]
+    return sum(p.us for p in predictions), sum(p.compute_us for p in predictions)
 
 
 # d/dx of one-argument functions: {a} the adjoint of the result {r}, {x} the argument.
@@ -66,7 +177,9 @@ _UNARY = {
 
 
 class _Backward:
-    def __init__(self, program: Program, name: str):
+    """saved: the outputs taken saved (None: every float output a stage computes)."""
+
+    def __init__(self, program: Program, name: str, saved: tuple[str, ...] | None = ()):
         self.program, self.pipeline = program, program.pipeline(name)
         self.graph: StageGraph = lower(program, self.pipeline)
         self.same_dim = _equated(self.pipeline.dim_eqs)
@@ -80,6 +193,51 @@ class _Backward:
             self.names[value.name] = ident
         self.taken = taken
         self.column_operands: dict[str, str] = {}  # a column sum's chunks -> the text of what they sum
+        self.producer = {out: stage for stage in self.graph.stages for out in stage.outputs}
+        # Saved outputs: output name -> the backward's parameter (the value's own name), and by value.
+        outputs = {o.name: o for o in self.pipeline.outputs if o.type.is_float and o.is_array}
+        found = {}
+        for value in self.graph.results:
+            buffer = self.graph.value(value).buffer
+            stage = self.producer.get(value)
+            if buffer in outputs and buffer not in found and stage is not None and not stage.column:
+                found[buffer] = value
+        wanted = tuple(found) if saved is None else saved
+        for o in wanted:
+            if o not in found:
+                self.error(self.pipeline.loc, f"'{o}' is not a float output of pipeline '{name}' that a stage "
+                                              "computes: its backward cannot take it saved")
+        order = [o.name for o in self.pipeline.outputs]
+        self.saved = {o: self.names[found[o]] for o in sorted(wanted, key=order.index)}
+        self.saved_values = {found[o]: o for o in self.saved}
+        self.exp_seeds: dict[str, list[str]] = {}  # an exp's value -> adjoints of its argument (softmax)
+        self.saved_exprs: dict[str, str] = {}  # a saved value's expression, as printed -> what reads it
+        for value in self.saved_values:
+            stage = self.producer[value]
+            if stage.reduce:
+                continue
+            text, instrs = _Printer(self, stage, substitute=False), stage.body.instrs
+            r = stage.body.results[stage.outputs.index(value)]
+            self.saved_exprs[text(r)] = self.names[value]
+            inner = instrs[r].args[0] if instrs[r].op == "cast" else None
+            if inner is not None and instrs[r].type.is_float and instrs[inner].type.is_float:
+                self.saved_exprs[text(inner)] = f"{instrs[inner].type.name}({self.names[value]})"
+        self.body = ""
+
+    def saved_in(self, stage: Stage) -> dict[int, str]:
+        """The instructions of `stage` that compute a saved value (or, under a float
+        cast, its wider form), as what reads the saved value instead."""
+        found = {}
+        if stage.reduce:  # a reduction's body result is its operand; the reduced value is loaded by name
+            return found
+        instrs = stage.body.instrs
+        for out, r in zip(stage.outputs, stage.body.results):
+            if out in self.saved_values:
+                name = self.names[out]
+                found[r] = name
+                if instrs[r].op == "cast" and instrs[r].type.is_float and instrs[instrs[r].args[0]].type.is_float:
+                    found[instrs[r].args[0]] = f"{instrs[instrs[r].args[0]].type.name}({name})"
+        return found
 
     def error(self, loc: Loc, message: str):
         raise FzError(Diagnostic(loc, message), self.program.source)
@@ -118,18 +276,24 @@ class _Backward:
             found = contributions.get(s.name)
             # No path from the outputs: a zero of x's shape.
             returned.append(f"{grads_in[s.name]} = {' + '.join(found) if found else f'where(isnan({s.name}), 0.0, 0.0)'};")
-        params = [_declare(s.name, s) for s in p.params] + [_declare(grads_out[o.name], o) for o in outputs]
+        slot = {o.name: o for o in outputs}
+        params = [_declare(s.name, s) for s in p.params] + [_declare(self.saved[o], slot[o]) for o in self.saved] \
+            + [_declare(grads_out[o.name], o) for o in outputs]
         results = [_declare(grads_in[s.name], s) for s in inputs]
         if not results:
             self.error(p.loc, f"pipeline '{p.name}' has no float array parameter to differentiate")
-        body = "\n".join(f"    {line}" for line in forward + backward + returned)
-        return (f"# The backward of pipeline {p.name}, derived by fusec (fusec compile --grad).\n"
+        body = self.body = "\n".join(f"    {line}" for line in _live(forward, backward + returned))
+        saved = f"# It takes the forward's {', '.join(self.saved)}, saved, rather than recomputing " \
+                f"{'them' if len(self.saved) > 1 else 'it'}.\n" if self.saved else ""
+        return (f"# The backward of pipeline {p.name}, derived by fusec (fusec compile --grad).\n{saved}"
                 f"pipeline {p.name}_grad({', '.join(params)})\n    -> ({', '.join(results)}) {{\n{body}\n}}\n")
 
     def recompute(self, stage: Stage) -> list[str]:
         """The forward statement, over SSA names."""
         body = stage.body
         text = _Printer(self, stage)
+        if any(out in self.saved_values for out in stage.outputs) and stage.reduce:
+            return []  # a saved reduction (columns are never saved)
         if stage.reduce == "col_partial":  # written with the col_sum over its chunks, which follows
             self.column_operands[stage.outputs[0]] = text(body.results[0])
             return []
@@ -139,7 +303,8 @@ class _Backward:
         if stage.reduce:
             operands = ", ".join(text(r) for r in body.results)
             return [f"{self.names[stage.outputs[0]]} = row_{stage.reduce}({operands});"]
-        return [f"{self.names[out]} = {text(r)};" for out, r in zip(stage.outputs, body.results)]
+        return [f"{self.names[out]} = {text(r)};" for out, r in zip(stage.outputs, body.results)
+                if out not in self.saved_values]
 
     # ---- the chain rule through one statement
     def adjoints(self, stage: Stage, contributions: dict[str, list[str]]) -> list[str]:
@@ -151,11 +316,21 @@ class _Backward:
                 name = self.fresh(f"d_{self.names[out]}")
                 lines.append(f"{name} = {' + '.join(found)};")
                 seeds[r] = name
-        if not seeds:
+        # Softmax's adjoint reaching an exp's argument past the exp (softmax_rule).
+        exp_seeds = {r: self.exp_seeds.pop(out) for out, r in zip(stage.outputs, stage.body.results)
+                     if out in self.exp_seeds}
+        if not seeds and not exp_seeds:
             return lines
         text = _Printer(self, stage)
         instrs = stage.body.instrs
         adj: dict[int, list[str]] = {}
+        for r, found in exp_seeds.items():
+            arg = instrs[instrs[r].args[0]]
+            if arg.op == "sub" and self.constant_along_row(stage, instrs[arg.args[1]]):
+                target = arg.args[0]  # softmax(t - m) for a per-row m is softmax(t): no gradient reaches m
+            else:
+                target = instrs[r].args[0]
+            adj.setdefault(target, []).extend(found)
         if stage.reduce:
             (seed,) = seeds.values()
             x = text(stage.body.results[0])
@@ -170,6 +345,13 @@ class _Backward:
             ins = instrs[i]
             if ins.op == "load":
                 self.arrive(stage, ins.attr, a, contributions, ins.loc)
+                continue
+            exp_value = self.softmax_rule(stage, ins)
+            if exp_value is not None:
+                y = text(i)
+                name = self.fresh(f"d_{self.names[exp_value]}_arg")
+                lines.append(f"{name} = {y} * ({a} - row_sum({a} * {y}));")
+                self.exp_seeds.setdefault(exp_value, []).append(name)
                 continue
             for arg, term in self.rule(ins, [text(j) for j in ins.args], text(i), a, instrs):
                 adj.setdefault(arg, []).append(term)
@@ -200,6 +382,36 @@ class _Backward:
             a = f"col_sum({a})"
         contributions.setdefault(value, []).append(a)
 
+    def softmax_rule(self, stage: Stage, ins) -> str | None:
+        """The exp's value e where `ins` is `e / s` with s = row_sum(e) and e = exp(t),
+        each of the row's elements (softmax: t's adjoint through it is y * (a - row_sum(a * y)))."""
+        instrs = stage.body.instrs
+        if ins.op != "div" or stage.reduce:
+            return None
+        num, den = instrs[ins.args[0]], instrs[ins.args[1]]
+        if num.op != "load" or den.op != "load":
+            return None
+        summed, exp = self.producer.get(den.attr), self.producer.get(num.attr)
+        if summed is None or exp is None or summed.reduce != "sum" or exp.reduce:
+            return None
+        operand = summed.body.instrs[summed.body.results[0]]
+        result = exp.body.instrs[exp.body.results[exp.outputs.index(num.attr)]]
+        same = tuple(map(self.same_dim, stage.shape))
+        if operand.op != "load" or operand.attr != num.attr or result.op != "exp" or \
+                tuple(map(self.same_dim, self.graph.value(num.attr).shape or ())) != same or \
+                tuple(map(self.same_dim, summed.shape)) != same or len(same) < 1 or same[-1] == 1:
+            return None
+        return num.attr
+
+    def constant_along_row(self, stage: Stage, ins) -> bool:
+        """`ins` is a constant, or a load of a value broadcast along the row (its last dim 1)."""
+        if ins.op == "const":
+            return True
+        if ins.op != "load":
+            return False
+        shape = self.graph.value(ins.attr).shape
+        return not shape or (shape[-1] == 1 and self.same_dim(stage.shape[-1]) != 1)
+
     def reduction_adjoint(self, stage: Stage, d: str, x: str) -> str:
         op, result = stage.reduce, self.names[stage.outputs[0]]
         length = f"row_sum(where(isnan({x}), 1.0, 1.0))"
@@ -212,8 +424,8 @@ class _Backward:
         if op in ("max", "min"):  # shared among the elements equal to it, as torch.amax does
             hit = f"where({x} == {result}, 1.0, 0.0)"
             return f"{d} * {hit} / row_sum({hit})"
-        if op == "logsumexp":
-            return f"{d} * exp({x} - {result})"
+        if op == "logsumexp":  # exp(y) where y = x - logsumexp(x) is saved
+            return f"{d} * exp({self.saved_exprs.get(f'({x} - {result})', f'{x} - {result}')})"
         self.error(stage.loc, f"row_{op}() is not differentiable yet")
 
     def rule(self, ins, args: list[str], r: str, a: str, instrs) -> list[tuple[int, str]]:
@@ -257,8 +469,9 @@ class _Backward:
 class _Printer:
     """A stage's instructions as .fz expressions over the backward's names (memoised)."""
 
-    def __init__(self, backward: _Backward, stage: Stage):
-        self.backward, self.instrs, self.done = backward, stage.body.instrs, {}
+    def __init__(self, backward: _Backward, stage: Stage, substitute: bool = True):
+        self.backward, self.instrs = backward, stage.body.instrs
+        self.done: dict[int, str] = dict(backward.saved_in(stage)) if substitute else {}  # saved: read
 
     def __call__(self, i: int) -> str:
         if i not in self.done:
@@ -298,6 +511,18 @@ def _literal(value, t) -> str:
         return "(-inf)" if v < 0 else "inf"
     text = repr(float(v))
     return f"({text})" if text.startswith("-") else text
+
+
+def _live(forward: list[str], rest: list[str]) -> list[str]:
+    """The forward statements something after them reads (a value the backward takes saved, or
+    needs none of, is not recomputed), then `rest`."""
+    kept, read = [], " ".join(rest)
+    for line in reversed(forward):
+        name, _, expression = line.partition(" = ")
+        if re.search(rf"\b{re.escape(name)}\b", read):
+            kept.append(line)
+            read += " " + expression
+    return kept[::-1] + rest
 
 
 def _declare(name: str, slot) -> str:

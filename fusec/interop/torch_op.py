@@ -98,17 +98,20 @@ class TorchOp:
     def _setup_context(self, ctx, inputs, output):
         ctx.inputs = inputs
         ctx.outputs = output if isinstance(output, tuple) else (output,)
-        ctx.save_for_backward(*[a for a in inputs if isinstance(a, self.torch.Tensor)])
+        # The outputs the backward takes saved (the cost model's choice: fusec.frontend.grad.choose_backward).
+        taken = [out for out, saved in zip(ctx.outputs, self.definition.saved_outputs()) if saved]
+        ctx.save_for_backward(*[a for a in inputs if isinstance(a, self.torch.Tensor)], *taken)
 
     def _backward(self, ctx, *grads):
         torch = self.torch
         saved = iter(ctx.saved_tensors)
         inputs = [next(saved) if isinstance(a, torch.Tensor) else a for a in ctx.inputs]
+        taken = list(saved)
         seeded, returned, kept = self.definition.gradient_layout(inputs, ctx.outputs)
         # Autograd's gradients may be broadcast views (y.sum()'s is ones expanded): made contiguous.
         seeds = [g.contiguous() if g is not None else torch.zeros_like(out)
                  for g, out, wanted in zip(grads, ctx.outputs, seeded) if wanted]
-        found = iter(_op_results(self.backward(*inputs, *seeds)))
+        found = iter(_op_results(self.backward(*inputs, *taken, *seeds)))
         gradients = [next(found) if r else None for r in returned]
         return tuple(g if keep else None for g, keep in zip(gradients, kept))
 
@@ -238,6 +241,11 @@ class _Definition:
         """How the backward op is called for these inputs and outputs."""
         raise NotImplementedError
 
+    def saved_outputs(self) -> list[bool]:
+        """Which outputs the backward op takes (after the parameters, before the output
+        gradients), saved by autograd from the forward."""
+        return [False] * self.n_outputs
+
     def schema(self) -> str:
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
         params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else f"{p.type} {p.name}" for p in self.params]
@@ -262,6 +270,7 @@ class _FzDefinition(_Definition):
 
     def __init__(self, program, name: str, options: JitOptions):
         self.program, self.name, self.options = program, name, options
+        self._saved: tuple[str, ...] = ()  # the outputs the chosen backward takes
         self._signature = call_signature(program.pipeline(name))
         self.params = [OpParam(p.name, "Tensor" if p.is_array else SCALAR_SCHEMA[p.type.kind], p.role == "inout")
                        for p in self._signature.params]
@@ -281,13 +290,21 @@ class _FzDefinition(_Definition):
         float_inputs = [p.is_array and p.type.is_float for p in self._signature.params]
         return GradientLayout([o.type.is_float for o in self._signature.outputs], float_inputs, float_inputs)
 
+    def saved_outputs(self) -> list[bool]:
+        return [o.name in self._saved for o in self._signature.outputs]
+
     def backward(self, torch, name: str) -> "TorchOp | None":
-        """The backward pipeline as the op `name`_backward; None where it cannot be
-        derived (loops, inout, ...: calling backward then fails in torch)."""
+        """The backward pipeline as the op `name`_backward, in the form the cost model
+        chose (the outputs it takes saved, if any); None where it cannot be derived
+        (loops, inout, ...: calling backward then fails in torch)."""
+        from fusec.compiler import CompileOptions
         from fusec.errors import FzError
-        from fusec.frontend.grad import backward_program
+        from fusec.frontend.grad import backward_program, choose_backward
+        options = CompileOptions(max_regs=self.options.max_regs, fast_math=self.options.fast_math,
+                                 **({"arch": self.options.arch} if self.options.arch else {}))
         try:
-            program = backward_program(self.program, self.name)
+            self._saved = choose_backward(self.program, self.name, options).saved
+            program = backward_program(self.program, self.name, saved={self.name: self._saved})
         except FzError:
             return None
         return TorchOp(torch, f"{name}_backward", _FzDefinition(program, f"{self.name}_grad", self.options),
@@ -431,7 +448,9 @@ class _TracedBackward(_Definition):
         found = self._backwards.get(key)
         if found is None:
             from fusec.frontend.grad import backward_program
-            program = backward_program(traced.program, traced.name)  # FzError: what cannot be differentiated
+            # Recomputing every forward value: the op's schema (fixed before tracing) takes no saved output.
+            # FzError: what cannot be differentiated.
+            program = backward_program(traced.program, traced.name, saved={})
             found = self._backwards[key] = (
                 JitPipeline(program, f"{traced.name}_grad", replace(self.options, backend=backend)),
                 call_signature(traced.program.pipeline(traced.name)))
