@@ -1,16 +1,18 @@
-"""Which row strategy at which row length: the measurement behind target.WARP_ROW_MAX.
+"""Which row strategy at which row length: the measurement behind target.WARP_ROW_BYTES and RESIDENT_*.
 
     PYTHONPATH=. python3 benchmarks/row_strategy.py [--elements 2^26] [--backend cuda|sim]
 
 For softmax and RMSNorm (examples/), f32 and bf16, at each row length from 128 to
-16384: the warp-per-row and the block-per-row kernels (each forced), 16-byte
-vectors where the length allows, results checked against the reference first;
-µs and TB/s of the minimum traffic. WARP_ROW_MAX should be the longest row at
-which the warp kernel is still the faster. With --backend sim (a small size) it
-only checks that every forced kernel runs and agrees.
+16384: each strategy forced (a warp per row, a block per row with the shared
+memory cache, and each with the row held in registers where its vectors hold
+it) and the runtime's own choice, 16-byte vectors where the length allows,
+results checked against the reference first; µs and TB/s of the minimum
+traffic. With --backend sim (a small size) it only checks that every forced
+kernel runs and agrees.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -19,8 +21,18 @@ import fusec
 import fusec.passes.variants as variants
 from fusec.bench.harness import dims_for, make_args, minimum_bytes, retype
 
-LENGTHS = [128, 256, 512, 1024, 2048, 4096, 16384]
-FORCED = {"warp": 1 << 62, "block": -1}
+LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+STRATEGIES = {  # name: (ROW_STRATEGIES, WARP_ROW_BYTES, RESIDENT_THREADS)
+    "warp": (("warp", "block"), 1 << 62, ()),
+    "block": (("block",), -1, ()),
+    "warp-resident": (("resident", "block"), -1, (32,)),
+    "block-resident": (("resident", "block"), -1, tuple(t for t in variants.RESIDENT_THREADS if t > 32)),
+    "auto": (variants.ROW_STRATEGIES, variants.WARP_ROW_BYTES, variants.RESIDENT_THREADS),
+}
+
+
+def force(name: str) -> None:
+    variants.ROW_STRATEGIES, variants.WARP_ROW_BYTES, variants.RESIDENT_THREADS = STRATEGIES[name]
 
 
 def main() -> None:
@@ -33,8 +45,11 @@ def main() -> None:
         from fusec.bench.harness import time_gpu
     else:
         xp = np
-    print("| example | type | row length | warp µs (TB/s) | block µs (TB/s) | faster |\n|---|---|---|---|---|---|")
-    for example in ("softmax", "rmsnorm"):
+    names = sys.argv[sys.argv.index("--strategies") + 1].split(",") if "--strategies" in sys.argv else list(STRATEGIES)
+    examples = sys.argv[sys.argv.index("--examples") + 1].split(",") if "--examples" in sys.argv else ["softmax", "rmsnorm"]
+    print("| example | type | row length | " + " | ".join(f"{n} µs (TB/s)" for n in names)
+          + " | auto's kernel | fastest |\n|" + "---|" * (len(names) + 5))
+    for example in examples:
         text = open(f"examples/{example}.fz").read().split("\npipeline ", 2)
         text = text[0] if text[0].startswith("pipeline") else "pipeline " + text[1]
         for dtype in ("f32", "bf16"):
@@ -47,21 +62,36 @@ def main() -> None:
                 args = make_args(xp, pipeline, dims, seed=1)
                 want = fusec.jit(program.source.text, backend="numpy")(
                     *[a.get() if hasattr(a, "get") else a for a in args])
-                times = {}
-                for name, limit in FORCED.items():
-                    variants.WARP_ROW_MAX = limit
+                times, kernels = {}, {}
+                for name in names:
+                    force(name)
                     f = fusec.jit(program.source.text, backend=backend)
                     got = f(*args)
-                    launched = getattr(f._runner.backend, "launched", None)
-                    assert launched is None or ("_warp" in launched[-1]) == (name == "warp"), launched
+                    kernels[name] = _chosen(f, length)
                     got = got.get() if hasattr(got, "get") else got
                     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
                                                rtol=2e-2 if dtype == "bf16" else 1e-5, atol=1e-5)
                     times[name] = time_gpu(xp, lambda: f(*args)) if backend == "cuda" else float("nan")
                 tb = {k: minimum_bytes(pipeline, dims) / (us * 1e-6) / 1e12 for k, us in times.items()}
-                faster = min(times, key=times.get) if backend == "cuda" else "-"
-                print(f"| {example} | {dtype} | {length} | {times['warp']:.1f} ({tb['warp']:.2f}) | "
-                      f"{times['block']:.1f} ({tb['block']:.2f}) | {faster} |", flush=True)
+                fastest = min(times, key=times.get) if backend == "cuda" else "-"
+                cells = " | ".join(f"{times[n]:.1f} ({tb[n]:.2f})" for n in names)
+                print(f"| {example} | {dtype} | {length} | {cells} | {kernels.get('auto', '-')} | {fastest} |", flush=True)
+                for name in (n for n in names if n != "auto"):  # a forced strategy that could not serve this length
+                    if ("resident" in name) != bool(re.search(r"_r\d+_", kernels[name])):
+                        print(f"  ({name}: fell back to {kernels[name]})")
+
+
+def _chosen(f, length: int) -> str:
+    """The variant of the row kernel the runtime takes for rows of `length` (arrays aligned)."""
+    from fusec.target import ROW_CACHE_BYTES
+    (launch,) = [k for k in f.compiled.interface.kernels if k.variants[0].max_row is not None][:1] or \
+        f.compiled.interface.kernels[:1]
+    for v in launch.variants:
+        if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
+                or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
+            continue
+        return v.name
+    return "?"
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ def _grid_name(grid) -> str:
             return "device_fill"
         case WorkItemGrid():
             return "work_items"
-        case RowGrid(rows_per_block):
-            return "a block per row" if rows_per_block == 1 else f"a warp per row ({rows_per_block} a block)"
+        case RowGrid(rows_per_block, threads):
+            if rows_per_block > 1:
+                return f"a warp per row ({rows_per_block} a block)"
+            return f"a block of {threads} per row" if threads else "a block per row"
         case ColumnGrid(chunks):
             return "columns" if chunks == 1 else f"columns x {chunks}"
         case _:
@@ -69,6 +71,8 @@ def kernel_report(interface: LaunchInterface, launch: KernelLaunch, backend=None
                  "est_regs": v.est_regs, "alignment": {slots[slot]: size for slot, size in v.alignment}}
         if v.max_row is not None:  # the runtime's choice by the row's length
             entry["max_row"] = v.max_row
+        if v.row_resident:
+            entry["row_resident"] = v.row_resident
         if hasattr(backend, "attributes"):  # compiled: the function's real registers and local memory
             entry.update(backend.attributes(v.name))
         variants.append(entry)
@@ -147,6 +151,8 @@ def table(fused: LaunchInterface, unfused: LaunchInterface) -> str:
 def _row_variant(v) -> str:
     """A row kernel's variant as the report names it: strategy, vectors, cache, when taken."""
     parts = [_grid_name(v.grid)]
+    if v.row_resident:
+        parts.append(f"the row held in registers ({v.row_resident} vector{'s' * (v.row_resident > 1)} a thread)")
     if v.max_row is not None:
         parts.append(f"rows of at most {v.max_row} elements")
     if v.elements_per_thread > 1:

@@ -35,12 +35,28 @@ FOREACH_CHUNK = 8192
 ROW_CACHE_BYTES = 47 * 1024
 
 # Row kernels: a warp per row (eight rows a block of 256, combined by shuffles
-# alone, no barrier) for rows of at most WARP_ROW_MAX elements, a block per row
-# beyond. A stated default, not yet measured on the H200: `fusec bench
-# --row-length N` times whichever the runtime takes at N, and
-# benchmarks/rows_device.sh the lengths either side.
-WARP_ROW_MAX = 1024
+# alone, no barrier) for rows of at most WARP_ROW_BYTES of their widest array,
+# a block per row beyond. Measured on the H200 (benchmarks/row_strategy.py,
+# BENCHMARKS.md, 2^26 elements, each strategy forced, 16-byte vectors): a warp
+# a row was the faster for softmax up to 1,024 f32 and 2,048 bf16 elements (4
+# KiB) and a block from 2,048 and 4,096 (8 KiB); RMSNorm the same in bf16, in
+# f32 the block from 1,024 (3.55 against 3.30 TB/s).
+WARP_ROW_BYTES = 4096
 WARP_ROWS_PER_BLOCK = BLOCK_SIZE // 32
+# Rows held in registers: each thread of a row keeps RESIDENT_ELEMENTS of it
+# (of each array a later pass reads again), as 16-byte vectors loaded in one
+# burst by the first pass, so the row is read once; a warp a row (eight a
+# block) for rows of up to 512 elements, then a block of 64, 128, ... 1,024
+# threads a row, each for rows up to 16 elements a thread. Measured on the H200
+# (benchmarks/row_strategy.py, BENCHMARKS.md): with 16 elements a thread
+# softmax and RMSNorm reached 4.0 TB/s (96 % of the copy) at 256-512 elements a
+# warp and 4,096 a block of 256; with 32 and 64 elements a thread the kernels
+# fell to 3.4 and 2.6 (softmax f32 at 8 Ki and 16 Ki) and bf16 softmax to 1.4
+# (64 elements a lane at 1 Ki and 2 Ki). At most RESIDENT_REGS 32-bit registers
+# a thread hold the row (a bf16 element takes one: ptxas keeps it as f32).
+RESIDENT_ELEMENTS = 16
+RESIDENT_THREADS = (32, 64, 128, 256, 512, 1024)
+RESIDENT_REGS = 64
 
 # The register budget a fused kernel may not exceed is a number of 32-bit
 # registers per thread; ptxas allocates at most this many.

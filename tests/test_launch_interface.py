@@ -19,7 +19,7 @@ FORMS = {"fused": CompileOptions(), "unfused": CompileOptions(fuse=False),
 
 
 def emitted_functions(cuda: str) -> list[str]:
-    return re.findall(r'extern "C" __global__ void (\w+)\(', cuda)
+    return re.findall(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', cuda)
 
 
 @pytest.mark.parametrize("form", FORMS)

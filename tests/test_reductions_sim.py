@@ -4,6 +4,7 @@ memory and barriers; passes over the row) run on the CPU, fused and unfused, aga
 sums within the README's bound, and the fused form equal to the unfused one bit
 for bit (the same reduction order in both)."""
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -16,21 +17,52 @@ pytestmark = pytest.mark.sim
 BF16 = ml_dtypes.bfloat16
 EPS32 = float(np.finfo(np.float32).eps)
 # Row lengths: one element, fewer than a warp, a warp and one, several
-# elements a thread of a 256-thread block.
-LENGTHS = [1, 7, 33, 257, 1000]
+# elements a thread of a 256-thread block; the ends of the rows in registers
+# (f32: 256 and 1,024 a warp, 4,096 a block) and just beyond.
+LENGTHS = [1, 7, 33, 256, 257, 1000, 1028, 4100]
 
 
-@pytest.fixture(params=["warp", "block"])
-def strategy(request, monkeypatch):
-    """Each row strategy forced, whatever the row's length: a warp per row (the
-    runtime's choice up to target.WARP_ROW_MAX elements) or a block per row."""
+STRATEGIES = ["warp-resident", "block-resident", "warp", "block"]
+
+
+def force(monkeypatch, strategy: str) -> None:
+    """Only `strategy`'s variants offered, whatever the row's length: a warp or a
+    block per row; held in registers where that can serve (a row's length a
+    multiple of its vector, at most what its vectors hold), else the same warp or
+    block per row reading the row again (the same threads take the same elements)."""
     import fusec.passes.variants as variants
-    monkeypatch.setattr(variants, "WARP_ROW_MAX", 1 << 62 if request.param == "warp" else -1)
+    kind, _, resident = strategy.partition("-")
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident",) * bool(resident) + (kind, "block"))
+    monkeypatch.setattr(variants, "WARP_ROW_BYTES", 1 << 62 if kind == "warp" else -1)
+    if resident:
+        from fusec.target import RESIDENT_THREADS
+        monkeypatch.setattr(variants, "RESIDENT_THREADS", tuple(t for t in RESIDENT_THREADS if (t == 32) == (kind == "warp")))
+
+
+@pytest.fixture(params=STRATEGIES)
+def strategy(request, monkeypatch):
+    """Each row strategy forced, whatever the row's length (where it can serve it)."""
+    force(monkeypatch, request.param)
     return request.param
 
 
 def launched_strategy(f) -> str:
-    return "warp" if "_warp" in f._runner.backend.launched[-1] else "block"
+    name = f._runner.backend.launched[-1]
+    resident = re.search(r"_r(\d+)(_v\d+)?$", name)
+    if resident:
+        return ("warp" if resident.group(1) == "32" else "block") + "-resident"
+    return "warp" if "_warp" in name else "block"
+
+
+def expected_strategy(strategy: str, length: int, width: int = 4) -> str:
+    """The strategy forced, or its warp or block per row reading the row again
+    where rows of `length` cannot be held (f32: 4 elements a vector; 16 elements
+    a thread of a warp or of a block of up to 1,024)."""
+    kind, _, resident = strategy.partition("-")
+    most = 16 * (32 if kind == "warp" else 1024)
+    if resident and (length % width or length > most or length == 0):
+        return kind
+    return strategy
 
 
 def run(source: str, *args, fuse="auto"):
@@ -58,7 +90,7 @@ def test_every_reduction_against_the_reference(length, strategy):
     for fuse in ("auto", "none"):
         f = fusec.jit(source, backend="sim", fuse=fuse)
         got = f(x, index)
-        assert launched_strategy(f) == strategy
+        assert launched_strategy(f) == expected_strategy(strategy, length)
         s, mu, hi, lo, v, lse, k = got
         np.testing.assert_array_equal(hi, want[2])
         np.testing.assert_array_equal(lo, want[3])
@@ -134,8 +166,7 @@ def test_an_inout_row_normalised_in_place(strategy):
 
 @pytest.mark.parametrize("length,variant", [(300, "p_k0_cached_v4"), (12032, "p_k0_cached_v4"), (12033, "p_k0")])
 def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeypatch):
-    import fusec.passes.variants as variants
-    monkeypatch.setattr(variants, "WARP_ROW_MAX", -1)  # the block-per-row variants
+    force(monkeypatch, "block")
     """A row kernel that reads x in several passes keeps it in shared memory (47
     KiB: 12032 f32 elements; the static partials take from the same 48) and
     reads it again from memory beyond; both give the same bits."""
@@ -161,25 +192,29 @@ def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeyp
 
 
 @pytest.mark.parametrize("rows,length", [(3, 1024), (9, 1025), (17, 40)])
-def test_the_runtime_takes_a_warp_per_row_up_to_its_limit_and_a_block_beyond(rows, length):
-    """Rows of at most target.WARP_ROW_MAX elements a warp each (eight a block: a
+def test_the_runtime_takes_a_warp_per_row_up_to_its_limit_and_a_block_beyond(rows, length, monkeypatch):
+    """Rows of at most target.WARP_ROW_BYTES a warp each (eight a block: a
     count of rows not a multiple of eight leaves a block's last warps idle), longer
-    rows a block each; each equals the other strategy bit for bit."""
-    from fusec.target import WARP_ROW_MAX
+    rows a block each (rows held in registers aside: their own test)."""
+    import fusec.passes.variants as variants
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("warp", "block"))
+    from fusec.target import WARP_ROW_BYTES
     x = np.random.default_rng(length).standard_normal((rows, length)).astype(np.float32)
     source = "pipeline p(x: f32[r, c]) -> (y: f32[r, c]) { m = row_max(x); e = exp(x - m); y = e / row_sum(e); }"
     f = fusec.jit(source, backend="sim")
     y = f(x)
-    assert launched_strategy(f) == ("warp" if length <= WARP_ROW_MAX else "block")
+    assert launched_strategy(f) == ("warp" if length * 4 <= WARP_ROW_BYTES else "block")
     np.testing.assert_allclose(y, fusec.jit(source, backend="numpy")(x), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("length,offset,variant", [(64, 0, "p_k0_warp_v8"), (66, 0, "p_k0_warp"),
-                                                   (64, 1, "p_k0_warp"), (2048, 0, "p_k0_cached_v8"), (2050, 0, "p_k0_cached")])
-def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(length, offset, variant):
+                                                   (64, 1, "p_k0_warp"), (2056, 0, "p_k0_cached_v8"), (2050, 0, "p_k0_cached")])
+def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(length, offset, variant, monkeypatch):
     """bf16 rows: eight elements (16 bytes) a thread a pass where the row's length is a
     multiple of eight and every array is aligned to its vector; one element a thread
     otherwise (an odd length; an array starting one element into its allocation)."""
+    import fusec.passes.variants as variants
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("warp", "block"))  # rows in registers: their own test
     rng = np.random.default_rng(length + offset)
     x = rng.standard_normal(3 * length + offset).astype(BF16)[offset:].reshape(3, length)
     w = rng.standard_normal(length + offset).astype(BF16)[offset:]
@@ -193,6 +228,42 @@ def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(len
     assert within_sum_bound(s, want[1], xw)
     np.testing.assert_allclose(y.astype(np.float32), (xw.astype(np.float32) / s).astype(BF16).astype(np.float32),
                                rtol=2 ** -7, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype,length,variant", [
+    ("f32", 64, "p_k0_r32_v4"), ("f32", 512, "p_k0_r32_v4"), ("f32", 516, "p_k0_r64_v4"),
+    ("f32", 1024, "p_k0_r64_v4"), ("f32", 1028, "p_k0_r128_v4"), ("f32", 4096, "p_k0_r256_v4"),
+    ("f32", 4100, "p_k0_r512_v4"), ("f32", 16384, "p_k0_r1024_v4"), ("f32", 16388, "p_k0_v4"),
+    ("f32", 1030, "p_k0_cached"), ("bf16", 512, "p_k0_r32_v8"), ("bf16", 520, "p_k0_r64_v8"),
+    ("bf16", 8200, "p_k0_r1024_v8")])
+def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vectors_hold(dtype, length, variant,
+                                                                                        monkeypatch):
+    """The runtime takes the row kept in registers by the fewest threads that hold
+    it 16 elements each (a warp, or a block of 64 to 1,024), else the shared
+    memory, else memory again. A warp's, and a block of 256's, take the elements
+    their warp or block per row reading memory in every pass takes: the same bits
+    (the same order of reduction); each follows the reference."""
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((3, length)).astype(BF16 if dtype == "bf16" else np.float32)
+    source = (f"pipeline p(x: {dtype}[r, c]) -> (y: {dtype}[r, c], s: f32[r, 1]) {{\n"
+              "    m = row_max(x); e = exp(x - m); s = row_sum(e); y = e / s;\n}")
+    f = fusec.jit(source, backend="sim")
+    y, s = f(x)
+    assert f._runner.backend.launched[-1] == variant
+    want = fusec.jit(source, backend="numpy")(x)
+    np.testing.assert_allclose(s, want[1], rtol=1e-5)
+    tolerance = 2.0 ** -7 if dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(y.astype(np.float64), want[0].astype(np.float64), rtol=tolerance, atol=1e-7)
+    family = {"_r32_": "warp", "_r256_": "block"}.get(re.sub(r".*(_r\d+_).*", r"\1", variant))
+    if family:
+        force(monkeypatch, family)
+        import fusec.runtime.executor as executor
+        monkeypatch.setattr(executor, "ROW_CACHE_BYTES", 0)
+        g = fusec.jit(source, backend="sim")
+        again = g(x)
+        assert launched_strategy(g) == family and "cached" not in g._runner.backend.launched[-1]
+        np.testing.assert_array_equal(y.view(np.uint8), again[0].view(np.uint8))
+        np.testing.assert_array_equal(s, again[1])
 
 
 def test_statements_in_a_repeat_over_a_reductions_rows_stay_out_of_its_row_kernel():

@@ -37,9 +37,11 @@ from fusec.ir.launch import (
     Variant,
     WorkItemCount,
     WorkItems,
+    block_threads,
     unhandled,
 )
 from fusec.ir.program import fmt_shape
+from fusec.target import BLOCK_SIZE
 
 
 
@@ -241,7 +243,10 @@ class _KernelEmitter:
         last pass stores the row's elements, and thread 0 the per-row values.
         With `variant.row_cache`, the loads a later pass reads again are kept
         in shared memory by the first pass that reads them (each thread reads
-        back only the columns it wrote: no barrier is needed for them)."""
+        back only the columns it wrote: no barrier is needed for them); with
+        `variant.row_resident`, in registers: each pass is an unrolled loop over
+        the thread's `row_resident` vectors, so the first one's loads all issue
+        before its arithmetic, and the kept vectors are indexed by constants."""
         k, namer = self.k, self._local_namer()
         body = k.body.instrs
         schedule = row_schedule(k)
@@ -250,17 +255,25 @@ class _KernelEmitter:
         length = self.extents[last] if last else self.n
         warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
         width = variant.elements_per_thread  # > 1: each pass moves one vector of the row a thread
+        resident = variant.row_resident
+        threads = 32 if warp else block_threads(variant, BLOCK_SIZE)
         row, col = namer.fresh("row"), namer.fresh("col")
+        slot = namer.fresh("r") if resident else None  # which of the thread's kept vectors
         lane = namer.fresh("lane") if warp else None
         first, element = (namer.fresh("c"), namer.fresh("k")) if width > 1 else (None, None)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
         per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
                          for a in k.loads if not a.present[-1]}
         element_loads = {a.value: f"{self.buffers[a.buffer]}[{self.index(a)}]" for a in k.loads if a.present[-1]}
-        cached = schedule.cached_loads(k) if variant.row_cache else []
+        cached = schedule.cached_loads(k) if variant.row_cache or resident else []
         scope = list(coordinates)
         caches, offset = {}, []
-        for a in cached:  # one array of the row's elements each, widest first: each stays aligned
+        for a in cached:
+            if resident:  # the thread's vectors of the row, in registers
+                caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_reg")
+                scope.append(f"fz_vec<{a.type.c}, {width}> {caches[a.value]}[{resident}];")
+                continue
+            # one array of the row's elements each, widest first: each stays aligned
             caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_row")
             start = " + ".join(offset) or "0"
             scope.append(f"{a.type.c}* {caches[a.value]} = reinterpret_cast<{a.type.c}*>(fz_smem + {start});")
@@ -290,6 +303,13 @@ class _KernelEmitter:
             used = {body[i].attr for i in needed if body[i].op == "load"}
             for a in k.loads:
                 value = element_loads.get(a.value)
+                if resident and a.value in caches:
+                    kept_vector = f"{caches[a.value]}[{slot}]"
+                    if a.value in used and a.value not in kept:  # loaded into its register
+                        pre.append(f"{kept_vector} = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
+                                   f"{self.buffers[a.buffer]} + {self.index(a)});")
+                    loads[a.value] = load_expr(a.type, f"{kept_vector}.v[{element}]")
+                    continue
                 if width > 1 and a.value in element_loads and a.value in used and a.value not in kept:
                     vec = namer.fresh(f"{self.buffers[a.buffer]}_v")
                     pre.append(f"const fz_vec<{a.type.c}, {width}> {vec} = *reinterpret_cast<const fz_vec<{a.type.c}, "
@@ -356,7 +376,10 @@ class _KernelEmitter:
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
-        return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches),
+        return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
+                "resident": resident, "slot": slot, "threads": threads,
+                # a block larger than any function can launch: ptxas to fit its registers to it
+                "bounds": threads if threads > BLOCK_SIZE else 0,
                 "partials": [] if warp else [(t, name) for t, name in partials.items()], "passes": passes,
                 "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows,
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,

@@ -110,9 +110,10 @@ class WorkItemGrid:
 class RowGrid:
     """`rows_per_block` rows a block (1: a block per row; the block's warps
     otherwise, a warp per row): ceil(rows / rows_per_block) blocks, the rows
-    the product of the collapsed extents but the last."""
+    the product of the collapsed extents but the last; blocks of `threads`."""
 
     rows_per_block: int = 1
+    threads: int = 0  # threads a block (0: target.BLOCK_SIZE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,9 @@ class Variant:
     variant only where a row's worth fits in target.ROW_CACHE_BYTES.
     max_row: the runtime takes the variant only for rows of at most this many
     elements (None: any length): a row kernel's warp-per-row variant.
+    row_resident: a row kernel that holds its row in registers: the vectors of
+    `elements_per_thread` each thread keeps (its rows at most that many vectors
+    of every thread of the row: a warp's, or its RowGrid's block).
     """
 
     name: str
@@ -148,6 +152,13 @@ class Variant:
     whole_rows: bool = False
     row_cache: int = 0
     max_row: int | None = None
+    row_resident: int = 0
+
+
+def block_threads(variant: Variant, default: int) -> int:
+    """The threads a block of `variant` is launched with: its RowGrid's, else `default`."""
+    grid = variant.grid
+    return grid.threads if isinstance(grid, RowGrid) and grid.threads else default
 
 
 # ---- parameters --------------------------------------------------------------

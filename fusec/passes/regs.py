@@ -69,6 +69,7 @@ class VariantShape:
     columns: bool = False  # a column kernel (with rows: its loop over rows, unrolled by ptxas)
     warp: bool = False  # a row kernel's warp-per-row variant (with rows)
     column_finish: bool = False  # a column kernel's finish (one run of rows: the partial sums)
+    resident: int = 0  # a row kernel holding its row in registers: the 32-bit registers the row takes
 
 
     def __post_init__(self):
@@ -237,7 +238,7 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
     if variant.rows:  # a vector a thread a pass: its registers, the body computed an element at a time
         vector = ROW_VECTOR_REGS if variant.elements > 1 else 0
-        return _registers(overhead + vector + max(floor, plan.walk(1, 1)))
+        return _registers(overhead + vector + variant.resident + max(floor, plan.walk(1, 1)))
     if variant.elements == 1:
         return _registers(overhead + max(floor, plan.walk(1, 1)))
     return _registers(overhead + VECTOR_BASE_REGS + max(floor, _vector_pressure(plan, variant.elements)))

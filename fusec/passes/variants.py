@@ -27,7 +27,7 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
-from fusec.target import WARP_ROW_MAX, WARP_ROWS_PER_BLOCK
+from fusec.target import RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES, WARP_ROWS_PER_BLOCK
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -99,29 +99,59 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             unhandled(form)
 
 
+# The row strategies offered, in the order the runtime tries them (tests and
+# benchmarks narrow it to force one; "block" needs nothing and always stays).
+ROW_STRATEGIES = ("resident", "warp", "block")
+
+
 def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstimate, observed: dict) -> tuple:
-    """Short rows a warp each (their passes read again from L1 and L2), longer a
-    block each, keeping the row in shared memory where it fits; each first as
-    16-byte vectors of the row's widest array (the row's length a multiple of
-    the vector, its arrays aligned), then one element a thread."""
+    """The row kernel's variants, each for the rows it serves best:
+    - the row held in registers (`row_resident` vectors a thread, loaded in one
+      burst by the first pass, read by the later ones from registers), a warp a
+      row for short rows, a block of more threads a row for longer, each up to
+      the row its vectors hold (with nothing read again, the same loops: the
+      burst of loads, and the same order of reduction as the fused kernels);
+    - a warp per row up to WARP_ROW_BYTES of its widest array (later passes
+      read again from L1 and L2);
+    - a block per row, keeping the row in shared memory where it fits, or
+      reading it again from memory;
+    each first as 16-byte vectors of the row's widest array (the row's length a
+    multiple of the vector, its arrays aligned), then one element a thread."""
     name = kernel.name
     varying = [a.type.itemsize for a in kernel.accesses if a.present[-1]]
     width = VECTOR_BYTES // max(varying) if varying else 1
     cached = row_schedule(kernel).cached_loads(kernel)
     cache = sum(a.type.itemsize for a in cached)
+    # bytes of registers an element of the row takes held: narrower types are kept
+    # converted to 32 bits (ptxas holds the f32 of a bf16 that later passes read)
+    kept = sum(max(a.type.itemsize, 4) for a in cached)
     out = []
     for w in dict.fromkeys((width, 1)):
-        def regs(warp: bool) -> int:
-            return observed.get(w) or estimate(replace(variant_shape(form, w), warp=warp))
+        def regs(warp: bool, resident: int = 0) -> int:
+            # The guard observes a kernel's first variant by its elements a thread; a
+            # resident variant's registers are mostly its row's: its own estimate.
+            shape = replace(variant_shape(form, w), warp=warp, resident=resident)
+            return (None if resident else observed.get(w)) or estimate(shape)
         vector = {"whole_rows": True, "alignment": _alignment(kernel, w, slot_of)} if w > 1 else {}
         suffix = f"_v{w}" if w > 1 else ""
-        out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
-                           max_row=WARP_ROW_MAX, **vector))
+        if "resident" in ROW_STRATEGIES and w > 1:
+            count = max(1, RESIDENT_ELEMENTS // w)  # vectors a thread
+            held = count * w * kept // 4  # 32-bit registers the kept row takes a thread
+            for threads in RESIDENT_THREADS if held <= RESIDENT_REGS else ():
+                warp = threads == 32
+                grid = RowGrid(WARP_ROWS_PER_BLOCK) if warp else RowGrid(1, threads)
+                out.append(Variant(f"{name}_r{threads}{suffix}", w, grid, regs(warp, held),
+                                   max_row=count * threads * w, row_resident=count, **vector))
+        if "warp" in ROW_STRATEGIES:
+            out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
+                               max_row=WARP_ROW_BYTES // max(varying, default=1), **vector))
         if cached:  # the plain variant's code with some loads from shared memory
             out.append(Variant(f"{name}_cached{suffix}", w, RowGrid(), regs(False), row_cache=cache, **vector))
         out.append(Variant(f"{name}{suffix}", w, RowGrid(), regs(False), **vector))
-    # The runtime takes the first whose needs hold: a vector variant before its element one.
-    return tuple(sorted(out, key=lambda v: (v.max_row is None, v.row_cache == 0, v.elements_per_thread == 1)))
+    # The runtime takes the first whose needs hold: the registers' shortest rows first,
+    # then a warp a row, then the shared memory; a vector variant before its element one.
+    return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row is None, v.max_row or 0,
+                                            v.row_cache == 0, v.elements_per_thread == 1)))
 
 
 # A narrower vector (or none) is taken only where the cost model predicts it at

@@ -36,10 +36,11 @@ from fusec.ir.launch import (
     RowGrid,
     WorkItemGrid,
     WorkItems,
+    block_threads,
     unhandled,
 )
 from fusec.runtime.binder import ArrayKind, ArrayModel, Binder, BoundCall, allocate, concrete, size_of
-from fusec.target import ROW_CACHE_BYTES
+from fusec.target import BLOCK_SIZE, ROW_CACHE_BYTES
 
 
 class Backend(Protocol):
@@ -283,6 +284,8 @@ class Executor:
                 continue
             if variant.max_row is not None and extents[-1] > variant.max_row:
                 continue
+            if variant.row_resident and block < block_threads(variant, BLOCK_SIZE):
+                continue  # its rows are at most its vectors of all its threads
             for slot, size in variant.alignment:
                 if pointer(values[slot]) % size:
                     break

@@ -197,6 +197,421 @@ extern "C" __global__ void add_rmsnorm_k0(
         y[i] = v12;
     }
 }
+// add_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_k0_r32_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_k0_r64_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_k0_r128_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_k0_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 62 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 62 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = x_reg[r].v[k];
+        const float v8 = residual_reg[r].v[k];
+        const float v9 = w_v.v[k];
+        const float v10 = v7 + v8;
+        const float v11 = v10 * v6;
+        const float v12 = v11 * v9;
+        h_out.v[k] = v10;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
 // add_rmsnorm_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 40 registers.
 extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     const float* __restrict__ x,
@@ -442,7 +857,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // add_rmsnorm_bf16_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
-// add_rmsnorm_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 36 registers.
+// add_rmsnorm_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 36 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -602,7 +1017,458 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
         y[i] = __float2bfloat16_rn(v18);
     }
 }
-// add_rmsnorm_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 40 registers.
+// add_rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 62 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 62 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 62 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(x_reg[r].v[k]);
+        const float v10 = __bfloat162float(residual_reg[r].v[k]);
+        const float v11 = __bfloat162float(w_v.v[k]);
+        const float v12 = v9 + v10;
+        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
+        const float v14 = (float)v13;
+        const float v15 = v14 * v8;
+        const float v16 = (float)v11;
+        const float v17 = v15 * v16;
+        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
+        h_out.v[k] = __float2bfloat16_rn(v13);
+        y_out.v[k] = __float2bfloat16_rn(v18);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 40 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,

@@ -224,6 +224,421 @@ extern "C" __global__ void cross_entropy_k0(
         loss[row] = v13;
     }
 }
+// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 57 registers.
+extern "C" __global__ void cross_entropy_k0_r32_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (lane == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_k0_r64_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_k0_r128_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_k0_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 47 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
+// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 47 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v3 = isinf(acc);
+    const bool v4 = isnan(acc);
+    const bool v5 = v3 || v4;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v6 = logits_reg[r].v[k];
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v5 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
+    if (threadIdx.x == 0) {
+        loss[row] = v13;
+    }
+}
 // cross_entropy_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 41 registers.
 extern "C" __global__ void cross_entropy_k0_warp_v4(
     const float* __restrict__ logits,
@@ -604,7 +1019,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
-// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 37 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_warp(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -772,7 +1187,434 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         loss[row] = v15;
     }
 }
-// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 41 registers.
+// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 57 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_warp_combine(acc__, fz_sum_op());
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (lane == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 47 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 47 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 47 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r1024_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    float acc = __int_as_float(0xff800000);
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v3 = (float)v2;
+        acc = fz_max_op()(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const bool v4 = isinf(acc);
+    const bool v5 = isnan(acc);
+    const bool v6 = v4 || v5;
+    float acc__ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v7 = __bfloat162float(logits_reg[r].v[k]);
+        const float v8 = (float)v7;
+        const float v9 = v8 - acc;
+        const float v10 = expf(v9);
+        acc__ = fz_sum_op()(acc__, v10);
+      }
+      }
+    }
+    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
+    const float v11 = logf(acc__);
+    const float v12 = acc + v11;
+    const float v13 = v6 ? acc : v12;
+    const float v14 = v13 - picked;
+    const float v15 = v1 ? 0.0f : v14;
+    if (threadIdx.x == 0) {
+        loss[row] = v15;
+    }
+}
+// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 41 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

@@ -225,6 +225,331 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
         row_logsumexp_0[row] = v9;
     }
 }
+// cross_entropy_k1_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsumexp_r512_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsumexp_r1024_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<float, 4> logits_reg[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v1 = isinf(acc);
+    const bool v2 = isnan(acc);
+    const bool v3 = v1 || v2;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = logits_reg[r].v[k];
+        const float v5 = v4 - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v3 ? acc : v8;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v9;
+    }
+}
 // cross_entropy_k1_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
     const float* __restrict__ logits,
@@ -419,6 +744,229 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
 
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r512_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_r1024_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
@@ -815,7 +1363,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_counted_v4(
 
 // cross_entropy_bf16_k1_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
-// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -938,7 +1486,344 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
         row_logsumexp_0[row] = v11;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (lane == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_logsumexp_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_logsumexp_r1024_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    const bool v2 = isinf(acc);
+    const bool v3 = isnan(acc);
+    const bool v4 = v2 || v3;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v5 = __bfloat162float(logits_reg[r].v[k]);
+        const float v6 = (float)v5;
+        const float v7 = v6 - acc;
+        const float v8 = expf(v7);
+        acc_ = fz_sum_op()(acc_, v8);
+      }
+      }
+    }
+    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v9 = logf(acc_);
+    const float v10 = acc + v9;
+    const float v11 = v4 ? acc : v10;
+    if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = v11;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1087,7 +1972,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
 
 // cross_entropy_bf16_k2_row_pick: row_pick over [rows, vocab]
 // reads logits, label (broadcast); writes row_pick#1
-// cross_entropy_bf16_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+// cross_entropy_bf16_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1148,7 +2033,236 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+// cross_entropy_bf16_k2_row_pick_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    hits = fz_warp_combine(hits, fz_sum_op());
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k2_row_pick_r1024_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

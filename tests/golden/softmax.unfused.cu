@@ -100,6 +100,187 @@ extern "C" __global__ void softmax_k0_row_max(
         m[row] = acc;
     }
 }
+// softmax_k0_row_max_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+extern "C" __global__ void softmax_k0_row_max_r32_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    if (lane == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_k0_row_max_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k0_row_max_r64_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_k0_row_max_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k0_row_max_r128_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_k0_row_max_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k0_row_max_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_k0_row_max_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_k0_row_max_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
 // softmax_k0_row_max_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
 extern "C" __global__ void softmax_k0_row_max_warp_v4(
     const float* __restrict__ x,
@@ -244,6 +425,187 @@ extern "C" __global__ void softmax_k2_row_sum(
 
         const float v0 = e[i];
         acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+extern "C" __global__ void softmax_k2_row_sum_r32_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    if (lane == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k2_row_sum_r64_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k2_row_sum_r128_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+extern "C" __global__ void softmax_k2_row_sum_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_r512_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     if (threadIdx.x == 0) {
@@ -410,7 +772,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // softmax_bf16_k0_row_max: row_max over [rows, cols]
 // reads x; writes m
-// softmax_bf16_k0_row_max_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 27 registers.
+// softmax_bf16_k0_row_max_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 27 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_warp(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -457,7 +819,194 @@ extern "C" __global__ void softmax_bf16_k0_row_max(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_warp_v8: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+// softmax_bf16_k0_row_max_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_r32_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op());
+    if (lane == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_r64_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_row_max_r1024_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    if (threadIdx.x == 0) {
+        m[row] = acc;
+    }
+}
+// softmax_bf16_k0_row_max_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_warp_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -605,6 +1154,187 @@ extern "C" __global__ void softmax_bf16_k2_row_sum(
 
         const float v0 = e[i];
         acc = fz_sum_op()(acc, v0);
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_r32_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const unsigned lane = threadIdx.x & 31u;
+    if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op());
+    if (lane == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_r64_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_r128_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_r512_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    if (threadIdx.x == 0) {
+        row_sum_0[row] = acc;
+    }
+}
+// softmax_bf16_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1024_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+    const long long row = blockIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     if (threadIdx.x == 0) {

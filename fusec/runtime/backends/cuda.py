@@ -26,7 +26,7 @@ import numpy as np
 from fusec import __version__, cache
 from fusec.errors import ArgumentError
 from fusec.interop import torch_arrays
-from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam
+from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam, block_threads
 from fusec.runtime.binder import ArrayKind, OwnArrays
 from fusec.runtime.packing import ArgumentBuffer
 from fusec.target import BLOCK_SIZE
@@ -275,7 +275,8 @@ class CudaBackend:
             for variant in launch.variants:
                 function = checked(self.driver.cuModuleGetFunction(module, variant.name.encode()))
                 # The block is as large as the function's real register use allows.
-                block = min(BLOCK_SIZE, function_attribute(function, "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"))
+                block = min(block_threads(variant, BLOCK_SIZE),
+                            function_attribute(function, "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"))
                 self.functions[variant.name] = (function, block, ArgumentBuffer(launch.params))
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}

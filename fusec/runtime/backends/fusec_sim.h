@@ -6,6 +6,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)  /* a hint to ptxas: nothing on the host */
 // Shared memory, one copy per OS thread: thread_local implies static at block
 // scope and, unlike static, also combines with `extern` (dynamic shared memory,
 // below). A block's threads run as fibers of one OS thread and blocks run one

@@ -16,7 +16,7 @@ import numpy as np
 
 from fusec.codegen.sim_launcher import emit_sim_launcher
 from fusec.errors import ArgumentError
-from fusec.ir.launch import KernelParam, LaunchInterface
+from fusec.ir.launch import KernelParam, LaunchInterface, block_threads
 from fusec.runtime.host_arrays import HostArrays
 from fusec.runtime.host_compiler import compile_shared_library
 from fusec.runtime.packing import ArgumentBuffer
@@ -57,12 +57,14 @@ class SimBackend:
         self.lib = ctypes.CDLL(str(self._build(cuda_source, interface)))
         self.launched: list[str] = []  # variant names, in order (tests read which variant ran)
         self.functions = {}  # variant -> (launcher, its argument buffer)
+        self.blocks: dict[str, int] = {}  # variant -> threads a block
         for launch in interface.kernels:
             for variant in launch.variants:
                 fn = getattr(self.lib, f"fz_launch_{variant.name}")
                 # returns what the sim found wrong (a barrier not every thread reaches ...), or NULL
                 fn.argtypes, fn.restype = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p], ctypes.c_char_p
                 self.functions[variant.name] = (fn, ArgumentBuffer(launch.params))
+                self.blocks[variant.name] = block_threads(variant, BLOCK_SIZE)
 
     def _build(self, cuda_source: str, interface: LaunchInterface) -> Path:
         launcher = emit_sim_launcher(interface, "module.cu")
@@ -73,7 +75,7 @@ class SimBackend:
 
     # ---- launching
     def block(self, variant: str) -> int:
-        return BLOCK_SIZE
+        return self.blocks[variant]
 
     def fill_blocks(self, variant: str, block: int) -> int:
         return PERSISTENT_SIM_BLOCKS

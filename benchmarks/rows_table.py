@@ -1,0 +1,122 @@
+"""The row reductions' table on one device call: fusec against the copy of the same traffic.
+
+    PYTHONPATH=. python3 benchmarks/rows_table.py [--elements 2^26] [--lengths 1024,4096,...]
+        [--examples softmax,log_softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy] [--backend sim]
+
+For each example (examples/, its first pipeline retyped to f32 and bf16) and row
+length: the result checked against the NumPy reference first (on at most 2^20
+elements: a few rows of the same length), then fusec (the runtime's own choice of
+row kernel, named) and a 16-byte copy of the pipeline's minimum traffic, timed
+side by side at `--elements`; µs, TB/s and % of the copy. Peers (torch eager,
+torch.compile, Liger) are `fusec bench`'s; this script leaves them out so that
+the whole table fits one device command.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+
+import fusec
+from fusec.bench.harness import dims_for, make_args, minimum_bytes, retype
+
+EXAMPLES = ["softmax", "log_softmax", "rmsnorm", "layernorm", "add_rmsnorm", "cross_entropy"]
+LENGTHS = [256, 1024, 4096, 16384, 65536, 262144]
+CHECK_ELEMENTS = 2 ** 20
+
+COPY = r"""
+extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"""
+
+
+def option(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def first_pipeline(example: str, dtype: str):
+    text = open(f"examples/{example}.fz").read().split("\npipeline ", 2)
+    text = text[0] if text[0].startswith("pipeline") else "pipeline " + text[1]
+    return retype(text, dtype, example)
+
+
+def chosen(f, length: int) -> str:
+    """The row kernel's variant the runtime takes for rows of `length` (arrays aligned)."""
+    from fusec.target import ROW_CACHE_BYTES
+    rows = [k for k in f.compiled.interface.kernels if k.variants[0].max_row is not None]
+    names = []
+    for launch in rows:
+        for v in launch.variants:
+            if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
+                    or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
+                continue
+            names.append(v.name)
+            break
+    return "+".join(names) + (f" (+{len(f.compiled.interface.kernels) - len(rows)} more)"
+                              if len(f.compiled.interface.kernels) > len(rows) else "")
+
+
+def labels_in_range(args, pipeline, xp):
+    """cross-entropy's labels inside the vocabulary (one row's ignored)."""
+    names = [p.name for p in pipeline.params]
+    if "label" in names:
+        vocab = args[0].shape[-1]
+        label = xp.asarray(np.random.default_rng(1).integers(0, vocab, args[names.index("label")].shape))
+        label[0, 0] = -100
+        args[names.index("label")] = label.astype(args[names.index("label")].dtype)
+    return args
+
+
+def main() -> None:
+    backend = option("--backend", "cuda")
+    elements = eval(option("--elements", "2^26" if backend == "cuda" else "2^14").replace("^", "**"))
+    lengths = [int(n) for n in option("--lengths", ",".join(map(str, LENGTHS))).split(",")]
+    examples = option("--examples", ",".join(EXAMPLES)).split(",")
+    if backend == "cuda":
+        import cupy as xp
+
+        from fusec.bench.harness import time_gpu
+        copy = xp.RawKernel(COPY, "fz_copy16")
+    else:
+        xp = np
+    print(f"{elements} elements a call\n")
+    print("| example | type | row length | fusec µs | copy µs | TB/s | % of copy | kernel |\n|---|---|---|---|---|---|---|---|")
+    for example in examples:
+        for dtype in ("f32", "bf16"):
+            program = first_pipeline(example, dtype)
+            pipeline = program.pipelines[0]
+            f = fusec.jit(program.source.text, backend=backend)
+            reference = fusec.jit(program.source.text, backend="numpy")
+            for length in lengths:
+                if length > elements:
+                    continue
+                small = dims_for(pipeline, max(length, min(CHECK_ELEMENTS, elements)), length)
+                args = labels_in_range(make_args(xp, pipeline, small, seed=1), pipeline, xp)
+                got = f(*args)
+                want = reference(*[a.get() if hasattr(a, "get") else a for a in args])
+                for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+                    g = g.get() if hasattr(g, "get") else g
+                    tolerance = 2e-2 if dtype == "bf16" else 1e-5
+                    np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                               rtol=tolerance, atol=tolerance, err_msg=f"{example} {dtype} {length}")
+                dims = dims_for(pipeline, elements, length)
+                traffic = minimum_bytes(pipeline, dims)
+                kernel = chosen(f, length)
+                if backend != "cuda":
+                    print(f"| {example} | {dtype} | {length} | - | - | - | - | {kernel} |", flush=True)
+                    continue
+                args = labels_in_range(make_args(xp, pipeline, dims, seed=2), pipeline, xp)
+                us = time_gpu(xp, lambda: f(*args))
+                words = traffic // 2 // 16
+                src, dst = xp.empty(words * 4, xp.float32), xp.empty(words * 4, xp.float32)
+                copy_us = time_gpu(xp, lambda: copy((1056,), (256,), (src, dst, np.int64(words))))
+                print(f"| {example} | {dtype} | {length} | {us:.1f} | {copy_us:.1f} | {traffic / us / 1e6:.2f} | "
+                      f"{100 * copy_us / us:.1f} | {re.sub(r'^[a-z_0-9]+?_k', 'k', kernel)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
