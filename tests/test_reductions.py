@@ -254,3 +254,20 @@ def test_the_report_lists_the_row_strategies_in_the_order_the_runtime_tries_them
     assert "p_k0_r1024_v4: a block of 1024 per row, the row held in registers (4 vectors a thread), rows of " \
         "at most 16384 elements, 4-element" in text
     assert "p_k0: a block per row\n" in text
+
+
+def test_a_row_held_in_registers_keeps_what_a_later_pass_would_compute_again():
+    """Softmax held in registers computes exp(x - m) once an element (kept for the
+    stores' pass, which reads it and no longer x); the warp kernel reading the
+    row again computes it in both passes."""
+    import re
+    cuda = compile_text(SOFTMAX).cuda
+
+    def function(name: str) -> str:
+        return re.search(rf"void (?:__launch_bounds__\([^)]*\) )?{name}\((.*?)\n}}", cuda, re.S).group(1)
+    for name in ("p_k0_r32_v4", "p_k0_r256_v4", "p_k0_r1024_v4"):
+        body = function(name)
+        assert body.count("expf(") == 1, name
+        last = body.rsplit("#pragma unroll\n    for (int r", 1)[1]
+        assert "x_reg" not in last and "held[r].v[k] / acc_" in last
+    assert function("p_k0_warp_v4").count("expf(") == 2

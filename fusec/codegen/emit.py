@@ -65,6 +65,47 @@ def emit_module(interface: LaunchInterface, source_name: str) -> str:
         kernels=kernels, helpers=helpers, includes=includes, fast_math=interface.fast_math)
 
 
+# A resident row keeps a value a later pass needs again where it holds at most
+# this many (each takes a register per element the thread holds).
+HELD_VALUES = 2
+
+
+def _held_values(body, sets: list, roots: list) -> tuple[list, list]:
+    """For a row held in registers, the values computed in one pass that a later
+    pass would compute again, kept in registers instead: in each later pass,
+    those its new computation reads (or stores, or reduces) directly. Returns
+    each pass's values to compute (reading the kept ones, not what they came
+    from) and the values each pass keeps."""
+    first: dict[int, int] = {}  # value -> the pass that first computes it
+    held: set[int] = set()
+    keeps: list[list[int]] = [[] for _ in sets]
+    effective = []
+
+    def closure(needed, root) -> set[int]:
+        keep, stack = set(), [i for i in root if i in needed]
+        while stack:
+            i = stack.pop()
+            if i not in keep:
+                keep.add(i)
+                if i not in held:
+                    stack.extend(a for a in body[i].args if a in needed)
+        return keep
+
+    for q, (needed, root) in enumerate(zip(sets, roots)):
+        computing = closure(needed, root)
+        again = {i for i in computing if i in first and i not in held and body[i].op not in ("load", "const")}
+        frontier = sorted(i for i in again if i in root or any(i in body[j].args for j in computing - again))
+        if frontier and len(held) + len(frontier) <= HELD_VALUES:
+            for i in frontier:
+                held.add(i)
+                keeps[first[i]].append(i)
+            computing = closure(needed, root)
+        effective.append(frozenset(computing))
+        for i in computing:
+            first.setdefault(i, q)
+    return effective, [tuple(k) for k in keeps]
+
+
 class Refs(dict):
     """Instruction -> the C expression naming its value; `named`: the values given a name so far."""
 
@@ -295,10 +336,12 @@ class _KernelEmitter:
                     out.append(self._instruction(idx, per_row_loads, namer, refs))
             return [line for line in out if line]
 
-        def element_pass(needed: frozenset[int]) -> dict:
+        def element_pass(needed: frozenset[int], reads: dict[int, str] = {}, keeps: tuple[int, ...] = ()) -> dict:
             """A loop over the row computing the per-element values `needed` (with
             vectors: `pre` loads one vector of each array at the vector's first
-            element, and the lines compute each of its elements)."""
+            element, and the lines compute each of its elements). Held in
+            registers (a resident row): `reads`, values an earlier pass kept (their
+            registers' names); `keeps`, values this pass computes and keeps."""
             loads, pre = dict(per_row_loads), []
             used = {body[i].attr for i in needed if body[i].op == "load"}
             for a in k.loads:
@@ -325,15 +368,34 @@ class _KernelEmitter:
             inner = Refs(refs)
             inner.named = refs.named
             local = namer.copy()  # the loop's scope
-            lines = [self._instruction(idx, loads, local, inner) for idx in sorted(needed)]
+            lines = []
+            for idx in sorted(needed):
+                if idx in reads:
+                    inner[idx] = f"{reads[idx]}[{slot}].v[{element}]"
+                else:
+                    lines.append(self._instruction(idx, loads, local, inner))
+            lines += [f"{held[idx]}[{slot}].v[{element}] = {inner[idx]};" for idx in keeps]
             refs.named = inner.named
             return {"lines": [line for line in lines if line], "refs": inner, "pre": pre, "declare": [], "stores": []}
 
         scope += per_row(0)
+        element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
+        rounds = range(1, schedule.reductions + 1)
+        sets = [schedule.passes[r - 1] for r in rounds] + [schedule.passes[-1]] * bool(element_stores)
+        roots = [[a for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == r
+                  for a in ins.args] for r in rounds] + [[at for _, at in element_stores]] * bool(element_stores)
+        held: dict[int, str] = {}  # value -> the registers a resident row keeps it in
+        keeps: list[tuple[int, ...]] = [()] * len(sets)
+        if resident:
+            sets, keeps = _held_values(body, sets, roots)
+            for idx in (i for kept_here in keeps for i in kept_here):
+                held[idx] = namer.fresh("held")
+                scope.append(f"fz_vec<{body[idx].type.compute.c}, {width}> {held[idx]}[{resident}];")
         passes = []
-        for round_ in range(1, schedule.reductions + 1):
+        for round_ in rounds:
             reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_]
-            loop = element_pass(schedule.passes[round_ - 1])
+            earlier = {i: held[i] for kept_here in keeps[:round_ - 1] for i in kept_here}
+            loop = element_pass(sets[round_ - 1], earlier, keeps[round_ - 1])
             init, steps, combine, finish = [], [], [], []
             for idx in reductions:
                 ins = body[idx]
@@ -359,8 +421,8 @@ class _KernelEmitter:
                 combine.append((acc, op, partial))
                 refs[idx] = acc
             passes.append({**loop, "init": init, "steps": steps, "combine": combine, "after": finish + per_row(round_)})
-        element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
-        final = element_pass(schedule.passes[-1]) if element_stores else None
+        earlier = {i: held[i] for kept_here in keeps[:-1] for i in kept_here}
+        final = element_pass(sets[-1], earlier) if element_stores else None
         if final is not None and width == 1:
             final["lines"] += [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
                                for a, at in element_stores]

@@ -215,6 +215,7 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -232,6 +233,7 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -253,14 +255,11 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -284,6 +283,7 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -301,6 +301,7 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -322,14 +323,11 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -353,6 +351,7 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -370,6 +369,7 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -391,14 +391,11 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -422,6 +419,7 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -439,6 +437,7 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -460,14 +459,11 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -491,6 +487,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -508,6 +505,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -529,14 +527,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -560,6 +555,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -577,6 +573,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
         const float v1 = residual_reg[r].v[k];
         const float v2 = v0 + v1;
         const float v3 = v2 * v2;
+        held[r].v[k] = v2;
         acc = fz_sum_op()(acc, v3);
       }
       }
@@ -598,14 +595,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v7 = x_reg[r].v[k];
-        const float v8 = residual_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = v7 + v8;
-        const float v11 = v10 * v6;
-        const float v12 = v11 * v9;
-        h_out.v[k] = v10;
-        y_out.v[k] = v12;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
@@ -1035,6 +1029,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1054,6 +1049,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1075,18 +1071,14 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1110,6 +1102,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1129,6 +1122,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1150,18 +1144,14 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1185,6 +1175,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1204,6 +1195,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1225,18 +1217,14 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1260,6 +1248,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1279,6 +1268,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1300,18 +1290,14 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1335,6 +1321,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1354,6 +1341,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1375,18 +1363,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1410,6 +1394,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1429,6 +1414,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_
         const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
         const float v4 = v3 * v3;
         const float v5 = (float)v4;
+        held[r].v[k] = v3;
         acc = fz_sum_op()(acc, v5);
       }
       }
@@ -1450,18 +1436,14 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v9 = __bfloat162float(x_reg[r].v[k]);
-        const float v10 = __bfloat162float(residual_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = v9 + v10;
-        const float v13 = __bfloat162float(__float2bfloat16_rn(v12));
-        const float v14 = (float)v13;
-        const float v15 = v14 * v8;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;

@@ -1202,6 +1202,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1218,6 +1219,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1241,22 +1243,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (lane == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 47 registers.
@@ -1273,6 +1273,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1289,6 +1290,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1312,22 +1314,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 47 registers.
@@ -1344,6 +1344,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1360,6 +1361,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1383,22 +1385,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 47 registers.
@@ -1415,6 +1415,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1431,6 +1432,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1454,22 +1456,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 47 registers.
@@ -1486,6 +1486,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1502,6 +1503,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1525,22 +1527,20 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 47 registers.
@@ -1557,6 +1557,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
     float acc_ = -(float)0;
     float hits = 0;
@@ -1573,6 +1574,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_reg[r].v[k]);
         const float v3 = (float)v2;
+        held[r].v[k] = v3;
         acc = fz_max_op()(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
@@ -1596,22 +1598,20 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v7 = __bfloat162float(logits_reg[r].v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
+        const float v7 = held[r].v[k] - acc;
+        const float v8 = expf(v7);
+        acc__ = fz_sum_op()(acc__, v8);
       }
       }
     }
     acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v9 = logf(acc__);
+    const float v10 = acc + v9;
+    const float v11 = v6 ? acc : v10;
+    const float v12 = v11 - picked;
+    const float v13 = v1 ? 0.0f : v12;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v13;
     }
 }
 // cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 41 registers.

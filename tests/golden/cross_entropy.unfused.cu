@@ -1498,6 +1498,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1510,6 +1511,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1527,20 +1529,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (lane == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
@@ -1554,6 +1554,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1566,6 +1567,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1583,20 +1585,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
@@ -1610,6 +1610,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1622,6 +1623,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1639,20 +1641,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
@@ -1666,6 +1666,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1678,6 +1679,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1695,20 +1697,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
@@ -1722,6 +1722,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1734,6 +1735,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1751,20 +1753,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
@@ -1778,6 +1778,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> logits_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1790,6 +1791,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1807,20 +1809,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(logits_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.

@@ -259,6 +259,7 @@ extern "C" __global__ void layernorm_k0_r32_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -292,6 +293,7 @@ extern "C" __global__ void layernorm_k0_r32_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -313,14 +315,12 @@ extern "C" __global__ void layernorm_k0_r32_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -347,6 +347,7 @@ extern "C" __global__ void layernorm_k0_r64_v4(
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -380,6 +381,7 @@ extern "C" __global__ void layernorm_k0_r64_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -401,14 +403,12 @@ extern "C" __global__ void layernorm_k0_r64_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -435,6 +435,7 @@ extern "C" __global__ void layernorm_k0_r128_v4(
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -468,6 +469,7 @@ extern "C" __global__ void layernorm_k0_r128_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -489,14 +491,12 @@ extern "C" __global__ void layernorm_k0_r128_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -523,6 +523,7 @@ extern "C" __global__ void layernorm_k0_r256_v4(
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -556,6 +557,7 @@ extern "C" __global__ void layernorm_k0_r256_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -577,14 +579,12 @@ extern "C" __global__ void layernorm_k0_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -611,6 +611,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -644,6 +645,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -665,14 +667,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -699,6 +699,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 4> held[4];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -732,6 +733,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
         const float v2 = x_reg[r].v[k];
         const float v3 = v2 - v1;
         const float v4 = v3 * v3;
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
       }
@@ -753,14 +755,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v8 = x_reg[r].v[k];
-        const float v9 = w_v.v[k];
-        const float v10 = b_v.v[k];
-        const float v11 = v8 - v1;
-        const float v12 = v11 * v7;
-        const float v13 = v12 * v9;
-        const float v14 = v13 + v10;
-        y_out.v[k] = v14;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -1284,6 +1284,8 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1298,6 +1300,7 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1315,18 +1318,17 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -1340,25 +1342,22 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (lane == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 49 registers.
@@ -1378,6 +1377,8 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1392,6 +1393,7 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1409,18 +1411,17 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1434,25 +1435,22 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 49 registers.
@@ -1472,6 +1470,8 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1486,6 +1486,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1503,18 +1504,17 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1528,25 +1528,22 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
@@ -1566,6 +1563,8 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1580,6 +1579,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1597,18 +1597,17 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1622,25 +1621,22 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
@@ -1660,6 +1656,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1674,6 +1672,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1691,18 +1690,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1716,25 +1714,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 49 registers.
@@ -1754,6 +1749,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1768,6 +1765,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1785,18 +1783,17 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
@@ -1810,25 +1807,22 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_reg[r].v[k]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 43 registers.

@@ -1520,6 +1520,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1532,6 +1533,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1547,18 +1549,16 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (lane == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 45 registers.
@@ -1573,6 +1573,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1585,6 +1586,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1600,18 +1602,16 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 45 registers.
@@ -1626,6 +1626,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1638,6 +1639,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1653,18 +1655,16 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 45 registers.
@@ -1679,6 +1679,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1691,6 +1692,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1706,18 +1708,16 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 45 registers.
@@ -1732,6 +1732,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1744,6 +1745,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1759,18 +1761,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 45 registers.
@@ -1785,6 +1785,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k1_row_var_
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
+    fz_vec<float, 8> held[2];
     float acc = (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1797,6 +1798,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k1_row_var_
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
       }
@@ -1812,18 +1814,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k1_row_var_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_reg[r].v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
+    const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 39 registers.

@@ -943,6 +943,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -955,6 +956,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -972,18 +974,16 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -993,11 +993,9 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1014,6 +1012,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1026,6 +1025,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1043,18 +1043,16 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1064,11 +1062,9 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1085,6 +1081,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1097,6 +1094,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1114,18 +1112,16 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1135,11 +1131,9 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1156,6 +1150,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1168,6 +1163,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1185,18 +1181,16 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1206,11 +1200,9 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1227,6 +1219,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1239,6 +1232,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1256,18 +1250,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1277,11 +1269,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1298,6 +1288,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1310,6 +1301,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1327,18 +1319,16 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
@@ -1348,11 +1338,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_reg[r].v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v10 = held[r].v[k] - v9;
+        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }

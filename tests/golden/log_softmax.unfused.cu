@@ -879,6 +879,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -891,6 +892,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -908,20 +910,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (lane == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
@@ -935,6 +935,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -947,6 +948,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -964,20 +966,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
@@ -991,6 +991,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1003,6 +1004,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1020,20 +1022,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
@@ -1047,6 +1047,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1059,6 +1060,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1076,20 +1078,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
@@ -1103,6 +1103,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1115,6 +1116,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1132,20 +1134,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
@@ -1159,6 +1159,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_row_lo
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1171,6 +1172,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_row_lo
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1188,20 +1190,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_row_lo
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v5 = __bfloat162float(x_reg[r].v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
+        const float v5 = held[r].v[k] - acc;
+        const float v6 = expf(v5);
+        acc_ = fz_sum_op()(acc_, v6);
       }
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    const float v7 = logf(acc_);
+    const float v8 = acc + v7;
+    const float v9 = v4 ? acc : v8;
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = v9;
     }
 }
 // log_softmax_bf16_k0_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.

@@ -171,6 +171,7 @@ extern "C" __global__ void softmax_k0_r32_v4(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -199,6 +200,7 @@ extern "C" __global__ void softmax_k0_r32_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -213,11 +215,8 @@ extern "C" __global__ void softmax_k0_r32_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -234,6 +233,7 @@ extern "C" __global__ void softmax_k0_r64_v4(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -262,6 +262,7 @@ extern "C" __global__ void softmax_k0_r64_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -276,11 +277,8 @@ extern "C" __global__ void softmax_k0_r64_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -297,6 +295,7 @@ extern "C" __global__ void softmax_k0_r128_v4(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -325,6 +324,7 @@ extern "C" __global__ void softmax_k0_r128_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -339,11 +339,8 @@ extern "C" __global__ void softmax_k0_r128_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -360,6 +357,7 @@ extern "C" __global__ void softmax_k0_r256_v4(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -388,6 +386,7 @@ extern "C" __global__ void softmax_k0_r256_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -402,11 +401,8 @@ extern "C" __global__ void softmax_k0_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -423,6 +419,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -451,6 +448,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -465,11 +463,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -486,6 +481,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -514,6 +510,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
         const float v1 = x_reg[r].v[k];
         const float v2 = v1 - acc;
         const float v3 = expf(v2);
+        held[r].v[k] = v3;
         acc_ = fz_sum_op()(acc_, v3);
       }
       }
@@ -528,11 +525,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -883,6 +877,8 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -895,6 +891,7 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -909,11 +906,10 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -927,13 +923,9 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -950,6 +942,8 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -962,6 +956,7 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -976,11 +971,10 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -994,13 +988,9 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1017,6 +1007,8 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1029,6 +1021,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1043,11 +1036,10 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -1061,13 +1053,9 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1084,6 +1072,8 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1096,6 +1086,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1110,11 +1101,10 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -1128,13 +1118,9 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1151,6 +1137,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1163,6 +1151,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1177,11 +1166,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -1195,13 +1183,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1218,6 +1202,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_r1024_v8(
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1230,6 +1216,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_r1024_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
       }
@@ -1244,11 +1231,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_r1024_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_reg[r].v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
       }
       }
     }
@@ -1262,13 +1248,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_r1024_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
