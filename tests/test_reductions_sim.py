@@ -279,3 +279,30 @@ def test_statements_in_a_repeat_over_a_reductions_rows_stay_out_of_its_row_kerne
         got = run(source, x, g, fuse=fuse)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_logsumexp_in_one_pass_holds_its_bound_where_the_max_keeps_growing(strategy):
+    """row_logsumexp is computed online (a running max, its sum rescaled as the max
+    grows): rows rising to the end (a rescale at every element), falling, with an
+    infinity or NaN among finite values, all -inf, huge magnitudes, one element;
+    the result within the README's bound of the two-pass reference, the
+    special values exact."""
+    length = 1000
+    rising = np.linspace(-50, 50, length, dtype=np.float32)
+    rows = [rising, rising[::-1].copy(), np.full(length, 3e38, np.float32), rising * 1e-6,
+            np.where(np.arange(length) == 500, np.inf, rising).astype(np.float32),
+            np.where(np.arange(length) == 7, np.nan, rising).astype(np.float32),
+            np.where(np.arange(length) % 2 == 0, -np.inf, rising).astype(np.float32),
+            np.full(length, -np.inf, np.float32)]
+    x = np.stack(rows)
+    source = "pipeline p(x: f32[r, c]) -> (l: f32[r, 1]) { l = row_logsumexp(x); }"
+    got = run(source, x)
+    want = fusec.jit(source, backend="numpy")(x)
+    special = ~np.isfinite(want)
+    np.testing.assert_array_equal(got[special], want[special])
+    finite = ~special[:, 0]
+    terms = np.sum(np.exp(x[finite].astype(np.float64) - want[finite].astype(np.float64)), axis=-1, keepdims=True)
+    assert np.all(np.abs(got[finite] - want[finite]) <=
+                  8 * EPS32 * np.maximum(1, np.abs(want[finite])) + length * EPS32 * terms), (got, want)
+    one = np.array([[2.5], [-np.inf], [np.nan]], np.float32)
+    np.testing.assert_array_equal(run(source, one), [[2.5], [-np.inf], [np.nan]])

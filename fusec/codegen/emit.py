@@ -400,9 +400,18 @@ class _KernelEmitter:
             for idx in reductions:
                 ins = body[idx]
                 t = ins.type.compute.c
-                partial = partials.setdefault(t, namer.fresh(f"partial_{t}"))
                 acc = namer.fresh("acc")
                 value = loop["refs"][ins.args[0]]
+                if ins.op == "row_lse":  # a running (max, sum) pair, combined as such
+                    pair = f"fz_lse<{t}>"
+                    partial = partials.setdefault(pair, namer.fresh(f"partial_lse_{t}"))
+                    init.append(f"{pair} {acc} = {{{float_const(-math.inf, ins.type.compute.bits == 64)}, ({t})0}};")
+                    steps.append(f"fz_lse_add({acc}, {value});")
+                    combine.append((acc, "fz_lse_op", partial))
+                    refs[idx] = namer.fresh("lse")
+                    finish.append(f"const {t} {refs[idx]} = fz_lse_result({acc});")
+                    continue
+                partial = partials.setdefault(t, namer.fresh(f"partial_{t}"))
                 if ins.op == "row_pick":
                     hits = namer.fresh("hits")
                     init += [f"{t} {acc} = -({t})0;", f"{t} {hits} = 0;"]  # -0 + x is x exactly

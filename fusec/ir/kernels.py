@@ -18,7 +18,8 @@ from fusec.types import ScalarType
 # over the row ("row_pick": the element where the column equals its second
 # operand, 0 where none does); "row_length" is the row's length. A statement's
 # mean, variance and log-sum-exp are written with them (passes.build_kernel).
-ROW_REDUCTIONS = ("row_sum", "row_max", "row_min", "row_pick")
+# row_lse: the log-sum-exp in one pass (a running max and the sum of exp(x - max), rescaled as the max grows)
+ROW_REDUCTIONS = ("row_sum", "row_max", "row_min", "row_pick", "row_lse")
 ROW_OPS = ROW_REDUCTIONS + ("row_length",)
 
 

@@ -11,7 +11,6 @@ from dataclasses import replace
 from fusec.ir.kernels import Access, Kernel
 from fusec.ir.program import Body, BodyBuilder, Dim, Instr, Shape
 from fusec.ir.stages import Loop, Stage, StageGraph
-from fusec.types import BOOL
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
@@ -97,11 +96,8 @@ def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> in
     if op == "var":
         deviation = emit("sub", x, emit("div", emit("row_sum", x), length))
         return emit("div", emit("row_sum", emit("mul", deviation, deviation)), length)
-    if op == "logsumexp":  # shifted by the max; an infinite or NaN max is the result
-        m = emit("row_max", x)
-        total = emit("row_sum", emit("exp", emit("sub", x, m)))
-        special = emit("or", emit("isinf", m, type_=BOOL), emit("isnan", m, type_=BOOL), type_=BOOL)
-        return emit("select", special, m, emit("add", m, emit("log", total)))
+    if op == "logsumexp":  # in one pass over the row (online); an infinite or NaN max is the result
+        return emit("row_lse", x)
     raise ValueError(f"unknown row reduction {op!r}")
 
 

@@ -128,6 +128,8 @@ def compute_ps(kernel: Kernel, costs: TargetCosts) -> float:
             continue
         bits64 = ins.type.compute.bits == 64
         total += costs.op_cost(ins.op, bits64)
+        if ins.op == "row_lse":  # an exp an element, beside the add and compare
+            total += costs.op_cost("exp", bits64)
     return total * costs.op_scale
 
 

@@ -258,7 +258,7 @@ class KernelEstimate:
         self.carried = {loop_value for loop_value, _ in kernel.carried}
         self.broadcast_loads = sum(1 for a in kernel.loads if not a.contiguous and any(a.present))
         self.coordinates = index_divisions(kernel.loads)
-        self.accumulators = sum(1 + (ins.op == "row_pick") for ins in kernel.body.instrs
+        self.accumulators = sum(1 + (ins.op in ("row_pick", "row_lse")) for ins in kernel.body.instrs
                                 if ins.op in ROW_REDUCTIONS or ins.op in COLUMN_OPS)
         self._plans: dict[bool, _BodyPlan] = {}
 

@@ -27,13 +27,58 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -507,13 +552,58 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):

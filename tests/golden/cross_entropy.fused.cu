@@ -34,13 +34,58 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -62,7 +107,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
-// cross_entropy_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
+// cross_entropy_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 34 registers.
 extern "C" __global__ void cross_entropy_k0_warp(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -76,7 +121,7 @@ extern "C" __global__ void cross_entropy_k0_warp(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
@@ -85,93 +130,21 @@ extern "C" __global__ void cross_entropy_k0_warp(
         const long long c0 = fz_quot(i, e1);
 
         const float v2 = logits[i];
-        acc = fz_max_op()(acc, v2);
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v6 = logits[i];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (lane == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
-extern "C" __global__ void cross_entropy_k0_cached(
-    const float* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v2 = (logits_row[col] = logits[i]);
-        acc = fz_max_op()(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v6 = logits_row[col];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
-    if (threadIdx.x == 0) {
-        loss[row] = v13;
-    }
-}
-// cross_entropy_k0: one block per row; estimated 27 registers.
+// cross_entropy_k0: one block per row; estimated 24 registers.
 extern "C" __global__ void cross_entropy_k0(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -180,11 +153,12 @@ extern "C" __global__ void cross_entropy_k0(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -193,38 +167,21 @@ extern "C" __global__ void cross_entropy_k0(
         const long long c0 = fz_quot(i, e1);
 
         const float v2 = logits[i];
-        acc = fz_max_op()(acc, v2);
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v6 = logits[i];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 57 registers.
+// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 38 registers.
 extern "C" __global__ void cross_entropy_k0_r32_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -236,10 +193,9 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -249,52 +205,28 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (lane == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 47 registers.
+// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_r64_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -303,12 +235,12 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -318,52 +250,28 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 47 registers.
+// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_r128_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -372,12 +280,12 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -387,52 +295,28 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 47 registers.
+// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -441,12 +325,12 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -456,52 +340,28 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 47 registers.
+// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -510,12 +370,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -525,52 +385,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 47 registers.
+// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -579,12 +415,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -594,52 +430,28 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v2 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v2);
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_reg[r].v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 41 registers.
+// cross_entropy_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 38 registers.
 extern "C" __global__ void cross_entropy_k0_warp_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -653,7 +465,7 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
@@ -665,105 +477,22 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        acc = fz_max_op()(acc, v2);
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_v_.v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (lane == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 31 registers.
-extern "C" __global__ void cross_entropy_k0_cached_v4(
-    const float* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v2 = (logits_row[col] = logits_v.v[k]);
-        acc = fz_max_op()(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_row[col];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
-    if (threadIdx.x == 0) {
-        loss[row] = v13;
-    }
-}
-// cross_entropy_k0_v4: one block per row; estimated 31 registers.
+// cross_entropy_k0_v4: one block per row; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -772,11 +501,12 @@ extern "C" __global__ void cross_entropy_k0_v4(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -788,40 +518,19 @@ extern "C" __global__ void cross_entropy_k0_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        acc = fz_max_op()(acc, v2);
+        fz_lse_add(acc, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v3 = isinf(acc);
-    const bool v4 = isnan(acc);
-    const bool v5 = v3 || v4;
-    float acc__ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v6 = logits_v_.v[k];
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v5 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v4;
     }
 }
 
@@ -991,13 +700,58 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -1019,7 +773,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
-// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 37 registers.
+// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 34 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_warp(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1033,7 +787,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
@@ -1043,96 +797,21 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v7 = __bfloat162float(logits[i]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (lane == 0) {
-        loss[row] = v15;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 27 registers.
-extern "C" __global__ void cross_entropy_bf16_k0_cached(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v2 = __bfloat162float((logits_row[col] = logits[i]));
-        const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v7 = __bfloat162float(logits_row[col]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
-    if (threadIdx.x == 0) {
-        loss[row] = v15;
-    }
-}
-// cross_entropy_bf16_k0: one block per row; estimated 27 registers.
+// cross_entropy_bf16_k0: one block per row; estimated 24 registers.
 extern "C" __global__ void cross_entropy_bf16_k0(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1141,11 +820,12 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -1155,39 +835,21 @@ extern "C" __global__ void cross_entropy_bf16_k0(
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-
-        const float v7 = __bfloat162float(logits[i]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 57 registers.
+// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 38 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1199,11 +861,9 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1213,53 +873,29 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (lane == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 47 registers.
+// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1268,13 +904,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1284,53 +919,29 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 47 registers.
+// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1339,13 +950,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1355,53 +965,29 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 47 registers.
+// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1410,13 +996,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1426,53 +1011,29 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 47 registers.
+// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1481,13 +1042,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1497,53 +1057,29 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 47 registers.
+// cross_entropy_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r1024_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1552,13 +1088,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
@@ -1568,53 +1103,29 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(logits_reg[r].v[k]);
+        const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        held[r].v[k] = v3;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = held[r].v[k] - acc;
-        const float v8 = expf(v7);
-        acc__ = fz_sum_op()(acc__, v8);
-      }
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v9 = logf(acc__);
-    const float v10 = acc + v9;
-    const float v11 = v6 ? acc : v10;
-    const float v12 = v11 - picked;
-    const float v13 = v1 ? 0.0f : v12;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v13;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 41 registers.
+// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 38 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1628,7 +1139,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
@@ -1641,108 +1152,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
+    acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
     hits = fz_warp_combine(hits, fz_sum_op());
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = __bfloat162float(logits_v_.v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-      }
-    }
-    acc__ = fz_warp_combine(acc__, fz_sum_op());
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (lane == 0) {
-        loss[row] = v15;
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 31 registers.
-extern "C" __global__ void cross_entropy_bf16_k0_cached_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = __bfloat162float((logits_row[col] = logits_v.v[k]));
-        const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = __bfloat162float(logits_row[col]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
-    if (threadIdx.x == 0) {
-        loss[row] = v15;
-    }
-}
-// cross_entropy_bf16_k0_v8: one block per row; estimated 31 registers.
+// cross_entropy_bf16_k0_v8: one block per row; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1751,11 +1176,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
     const long long e0,
     const long long e1)
 {
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
@@ -1768,41 +1194,19 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        acc = fz_max_op()(acc, v3);
+        fz_lse_add(acc, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
+    const float lse = fz_lse_result(acc);
     const float picked = hits != (float)0 ? acc_ : (float)0;
-    const bool v4 = isinf(acc);
-    const bool v5 = isnan(acc);
-    const bool v6 = v4 || v5;
-    float acc__ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v7 = __bfloat162float(logits_v_.v[k]);
-        const float v8 = (float)v7;
-        const float v9 = v8 - acc;
-        const float v10 = expf(v9);
-        acc__ = fz_sum_op()(acc__, v10);
-      }
-    }
-    acc__ = fz_block_combine(acc__, fz_sum_op(), partial_float);
-    const float v11 = logf(acc__);
-    const float v12 = acc + v11;
-    const float v13 = v6 ? acc : v12;
-    const float v14 = v13 - picked;
-    const float v15 = v1 ? 0.0f : v14;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v15;
+        loss[row] = v5;
     }
 }
 

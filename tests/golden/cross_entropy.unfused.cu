@@ -34,13 +34,58 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -108,7 +153,7 @@ extern "C" __global__ void cross_entropy_k0_counted_v4(
 
 // cross_entropy_k1_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
-// cross_entropy_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+// cross_entropy_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -119,75 +164,20 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
         const float v0 = logits[i];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-
-        const float v4 = logits[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
-extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached(
-    const float* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v0 = (logits_row[col] = logits[i]);
-        acc = fz_max_op()(acc, v0);
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v4 = logits_row[col];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
-    }
-}
-// cross_entropy_k1_row_logsumexp: one block per row; estimated 21 registers.
+// cross_entropy_k1_row_logsumexp: one block per row; estimated 18 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -195,37 +185,22 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = logits[i];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v4 = logits[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 51 registers.
+// cross_entropy_k1_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -236,51 +211,28 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
+// cross_entropy_k1_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -288,53 +240,30 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
+// cross_entropy_k1_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -342,53 +271,30 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
+// cross_entropy_k1_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -396,53 +302,30 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
+// cross_entropy_k1_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsumexp_r512_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -450,53 +333,30 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
+// cross_entropy_k1_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsumexp_r1024_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -504,53 +364,30 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<float, 4> logits_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v0 = logits_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
+// cross_entropy_k1_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -561,7 +398,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
@@ -569,82 +406,16 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_v_.v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
-extern "C" __global__ void cross_entropy_k1_row_logsumexp_cached_v4(
-    const float* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* logits_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = (logits_row[col] = logits_v.v[k]);
-        acc = fz_max_op()(acc, v0);
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_row[col];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
-    }
-}
-// cross_entropy_k1_row_logsumexp_v4: one block per row; estimated 25 registers.
+// cross_entropy_k1_row_logsumexp_v4: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -652,9 +423,9 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
@@ -662,32 +433,13 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> logits_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = logits_v_.v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
 
@@ -1289,13 +1041,58 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -1363,7 +1160,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_counted_v4(
 
 // cross_entropy_bf16_k1_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
-// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
+// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1374,79 +1171,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
         const float v0 = __bfloat162float(logits[i]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-
-        const float v5 = __bfloat162float(logits[i]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_cached: one block per row, its inputs kept in shared memory between passes; estimated 21 registers.
-extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached(
-    const __nv_bfloat16* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v0 = __bfloat162float((logits_row[col] = logits[i]));
-        const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v5 = __bfloat162float(logits_row[col]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
-    }
-}
-// cross_entropy_bf16_k1_row_logsumexp: one block per row; estimated 21 registers.
+// cross_entropy_bf16_k1_row_logsumexp: one block per row; estimated 18 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1454,39 +1193,23 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = __bfloat162float(logits[i]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v5 = __bfloat162float(logits[i]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 51 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1497,53 +1220,29 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1551,55 +1250,31 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 41 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1607,55 +1282,31 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 41 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1663,55 +1314,31 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_logsumexp_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1719,55 +1346,31 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 41 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_logsumexp_r1024_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1775,55 +1378,31 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_reg[2];
-    fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        logits_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float(logits_reg[r].v[k]);
+        const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v9;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.
+// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 32 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1834,7 +1413,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
@@ -1843,85 +1422,16 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(logits_v_.v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     if (lane == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
-extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_cached_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* logits_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float((logits_row[col] = logits_v.v[k]));
-        const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(logits_row[col]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
-    }
-}
-// cross_entropy_bf16_k1_row_logsumexp_v8: one block per row; estimated 25 registers.
+// cross_entropy_bf16_k1_row_logsumexp_v8: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1929,9 +1439,9 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
@@ -1940,33 +1450,13 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> logits_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(logits_v_.v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = v11;
+        row_logsumexp_0[row] = lse;
     }
 }
 

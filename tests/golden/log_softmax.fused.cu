@@ -14,13 +14,58 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -42,7 +87,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
-// log_softmax_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
+// log_softmax_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 29 registers.
 extern "C" __global__ void log_softmax_k0_warp(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -53,39 +98,24 @@ extern "C" __global__ void log_softmax_k0_warp(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
         const float v0 = x[i];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
-        const float v4 = x[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-
-        const float v10 = x[i];
-        const float v11 = v10 - v9;
-        y[i] = v11;
+        const float v1 = x[i];
+        const float v2 = v1 - lse;
+        y[i] = v2;
     }
 }
-// log_softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
+// log_softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 19 registers.
 extern "C" __global__ void log_softmax_k0_cached(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -94,42 +124,27 @@ extern "C" __global__ void log_softmax_k0_cached(
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = (x_row[col] = x[i]);
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v4 = x_row[col];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v10 = x_row[col];
-        const float v11 = v10 - v9;
-        y[i] = v11;
+        const float v1 = x_row[col];
+        const float v2 = v1 - lse;
+        y[i] = v2;
     }
 }
-// log_softmax_k0: one block per row; estimated 22 registers.
+// log_softmax_k0: one block per row; estimated 19 registers.
 extern "C" __global__ void log_softmax_k0(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -137,41 +152,26 @@ extern "C" __global__ void log_softmax_k0(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = x[i];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v4 = x[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v10 = x[i];
-        const float v11 = v10 - v9;
-        y[i] = v11;
+        const float v1 = x[i];
+        const float v2 = v1 - lse;
+        y[i] = v2;
     }
 }
-// log_softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 52 registers.
+// log_softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_k0_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -183,7 +183,7 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -194,34 +194,12 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -231,15 +209,15 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 42 registers.
+// log_softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_k0_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -247,10 +225,10 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -261,34 +239,12 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -298,15 +254,15 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 42 registers.
+// log_softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_k0_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -314,10 +270,10 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -328,34 +284,12 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -365,15 +299,15 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 42 registers.
+// log_softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_k0_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -381,10 +315,10 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -395,34 +329,12 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -432,15 +344,15 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 42 registers.
+// log_softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 39 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -448,10 +360,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -462,34 +374,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -499,15 +389,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 42 registers.
+// log_softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 39 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -515,10 +405,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -529,34 +419,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_reg[r].v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -566,15 +434,15 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_reg[r].v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 36 registers.
+// log_softmax_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_warp_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -585,7 +453,7 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
@@ -593,45 +461,26 @@ extern "C" __global__ void log_softmax_k0_warp_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_v_.v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_v__.v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_v_.v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
     }
 }
-// log_softmax_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
+// log_softmax_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 23 registers.
 extern "C" __global__ void log_softmax_k0_cached_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -640,10 +489,10 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
@@ -651,43 +500,25 @@ extern "C" __global__ void log_softmax_k0_cached_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = (x_row[col] = x_v.v[k]);
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_row[col];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         fz_vec<float, 4> y_out;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_row[col];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_row[col];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
     }
 }
-// log_softmax_k0_v4: one block per row; estimated 26 registers.
+// log_softmax_k0_v4: one block per row; estimated 23 registers.
 extern "C" __global__ void log_softmax_k0_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -695,9 +526,9 @@ extern "C" __global__ void log_softmax_k0_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
@@ -705,40 +536,21 @@ extern "C" __global__ void log_softmax_k0_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        acc = fz_max_op()(acc, v0);
+        fz_lse_add(acc, v0);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v1 = isinf(acc);
-    const bool v2 = isnan(acc);
-    const bool v3 = v1 || v2;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v4 = x_v_.v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v3 ? acc : v8;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         fz_vec<float, 4> y_out;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v10 = x_v__.v[k];
-        const float v11 = v10 - v9;
-        y_out.v[k] = v11;
+        const float v1 = x_v_.v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
     }
@@ -762,13 +574,58 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
 struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+// The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
+// rescaled when the max grows; a NaN max, or an infinite one, is the result (as
+// max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
+template <typename T> struct fz_lse { T m, s; };
+__device__ __forceinline__ float fz_exp_accurate(float x) { return expf(x); }
+__device__ __forceinline__ double fz_exp_accurate(double x) { return exp(x); }
+__device__ __forceinline__ float fz_log_accurate(float x) { return logf(x); }
+__device__ __forceinline__ double fz_log_accurate(double x) { return log(x); }
+template <typename T>
+__device__ __forceinline__ void fz_lse_add(fz_lse<T>& a, T x)
+{
+    if (x != x) {
+        a.m = x;
+    } else if (x > a.m) {
+        a.s = a.s * fz_exp_accurate(a.m - x) + (T)1;
+        a.m = x;
+    } else {
+        const T e = fz_exp_accurate(x - a.m);  // NaN where x and the max are the same infinity
+        if (e == e) a.s += e;
+    }
+}
+struct fz_lse_op {
+    template <typename T> __device__ fz_lse<T> operator()(fz_lse<T> a, fz_lse<T> b) const
+    {
+        if (a.m != a.m) return a;
+        if (b.m != b.m) return b;
+        if (b.m > a.m) { const fz_lse<T> t = a; a = b; b = t; }
+        const T e = fz_exp_accurate(b.m - a.m);  // 0 for an empty part; NaN for two equal infinities
+        if (e == e) a.s += b.s * e;
+        return a;
+    }
+};
+template <typename T>
+__device__ __forceinline__ T fz_lse_result(fz_lse<T> a)
+{
+    return a.m - a.m != (T)0 ? a.m : a.m + fz_log_accurate(a.s);  // a NaN or infinite max is the result
+}
+// One lane's value from the lane `offset` away (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_xor(T v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
+{
+    return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
+}
 // Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
 // gets the same result.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_warp_combine(T v, Op op)
 {
     for (int offset = 16; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
@@ -790,7 +647,7 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 
 // log_softmax_bf16_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
-// log_softmax_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 32 registers.
+// log_softmax_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 29 registers.
 extern "C" __global__ void log_softmax_bf16_k0_warp(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -801,43 +658,27 @@ extern "C" __global__ void log_softmax_bf16_k0_warp(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
-        const float v5 = __bfloat162float(x[i]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    for (long long col = lane; col < e1; col += 32) {
-        const long long i = row * e1 + col;
-
-        const float v12 = __bfloat162float(x[i]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y[i] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x[i]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y[i] = __float2bfloat16_rn(v5);
     }
 }
-// log_softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 22 registers.
+// log_softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 19 registers.
 extern "C" __global__ void log_softmax_bf16_k0_cached(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -846,46 +687,30 @@ extern "C" __global__ void log_softmax_bf16_k0_cached(
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v5 = __bfloat162float(x_row[col]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v12 = __bfloat162float(x_row[col]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y[i] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x_row[col]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y[i] = __float2bfloat16_rn(v5);
     }
 }
-// log_softmax_bf16_k0: one block per row; estimated 22 registers.
+// log_softmax_bf16_k0: one block per row; estimated 19 registers.
 extern "C" __global__ void log_softmax_bf16_k0(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -893,45 +718,29 @@ extern "C" __global__ void log_softmax_bf16_k0(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v5 = __bfloat162float(x[i]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
-        const long long i = row * e1 + col;
-
-        const float v12 = __bfloat162float(x[i]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y[i] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x[i]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y[i] = __float2bfloat16_rn(v5);
     }
 }
-// log_softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 52 registers.
+// log_softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -944,7 +753,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -957,33 +766,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 32 + lane) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -993,15 +781,15 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 42 registers.
+// log_softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1009,11 +797,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1026,33 +814,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1062,15 +829,15 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 42 registers.
+// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1078,11 +845,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1095,33 +862,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1131,15 +877,15 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 42 registers.
+// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 39 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1147,11 +893,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1164,33 +910,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1200,15 +925,15 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 42 registers.
+// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 39 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1216,11 +941,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1233,33 +958,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1269,15 +973,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 42 registers.
+// log_softmax_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 39 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1285,11 +989,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
@@ -1302,33 +1006,12 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = held[r].v[k] - acc;
-        const float v6 = expf(v5);
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = logf(acc_);
-    const float v8 = acc + v7;
-    const float v9 = v4 ? acc : v8;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
@@ -1338,15 +1021,15 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = held[r].v[k] - v9;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
     }
 }
-// log_softmax_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 36 registers.
+// log_softmax_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1357,7 +1040,7 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
@@ -1366,48 +1049,28 @@ extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
     }
-    acc = fz_warp_combine(acc, fz_max_op());
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
+    acc = fz_warp_combine(acc, fz_lse_op());
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(x_v_.v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_v__.v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x_v_.v[k]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
 }
-// log_softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
+// log_softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 23 registers.
 extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1416,10 +1079,10 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
     const long long e1)
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
@@ -1428,46 +1091,27 @@ extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(x_row[col]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_row[col]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x_row[col]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
 }
-// log_softmax_bf16_k0_v8: one block per row; estimated 26 registers.
+// log_softmax_bf16_k0_v8: one block per row; estimated 23 registers.
 extern "C" __global__ void log_softmax_bf16_k0_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1475,9 +1119,9 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
@@ -1486,43 +1130,23 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
+        fz_lse_add(acc, v1);
       }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    const bool v2 = isinf(acc);
-    const bool v3 = isnan(acc);
-    const bool v4 = v2 || v3;
-    float acc_ = (float)0;
+    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+    const float lse = fz_lse_result(acc);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v5 = __bfloat162float(x_v_.v[k]);
-        const float v6 = (float)v5;
-        const float v7 = v6 - acc;
-        const float v8 = expf(v7);
-        acc_ = fz_sum_op()(acc_, v8);
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v9 = logf(acc_);
-    const float v10 = acc + v9;
-    const float v11 = v4 ? acc : v10;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v12 = __bfloat162float(x_v__.v[k]);
-        const float v13 = (float)v12;
-        const float v14 = v13 - v11;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        const float v2 = __bfloat162float(x_v_.v[k]);
+        const float v3 = (float)v2;
+        const float v4 = v3 - lse;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
