@@ -6,7 +6,7 @@
 For each example (examples/, its first pipeline retyped to f32 and bf16) and row
 length: the result checked against the NumPy reference first (on at most 2^20
 elements: a few rows of the same length), then fusec (the runtime's own choice of
-row kernel, named) and a 16-byte copy of the pipeline's minimum traffic, timed
+row kernel, named) and a 16-byte copy of the pipeline's minimum traffic (as `fusec bench` times it), timed
 side by side at `--elements`; µs, TB/s and % of the copy. Peers (torch eager,
 torch.compile, Liger) are `fusec bench`'s; this script leaves them out so that
 the whole table fits one device command.
@@ -28,8 +28,8 @@ CHECK_ELEMENTS = 2 ** 20
 COPY = r"""
 extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
 {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        dst[i] = src[i];
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
 }
 """
 
@@ -113,7 +113,7 @@ def main() -> None:
                 us = time_gpu(xp, lambda: f(*args))
                 words = traffic // 2 // 16
                 src, dst = xp.empty(words * 4, xp.float32), xp.empty(words * 4, xp.float32)
-                copy_us = time_gpu(xp, lambda: copy((1056,), (256,), (src, dst, np.int64(words))))
+                copy_us = time_gpu(xp, lambda: copy((-(-words // 256),), (256,), (src, dst, np.int64(words))))
                 print(f"| {example} | {dtype} | {length} | {us:.1f} | {copy_us:.1f} | {traffic / us / 1e6:.2f} | "
                       f"{100 * copy_us / us:.1f} | {re.sub(r'^[a-z_0-9]+?_k', 'k', kernel)} |", flush=True)
 
