@@ -81,42 +81,25 @@ def stable_oscillator(args):
     return [x, v, stiffness, 0.1, 0.05]
 
 
-def check(actual, expected, steps=1, exact=None):
-    """`exact`, where given: the same maths in f64. An f32 element outside the
-    tolerance passes if it is no farther from the f64 result than four times
-    NumPy's own f32 result is: ill-conditioned sums (numerics.fz's `heavy`, whose
-    terms of thousands cancel to tenths) carry libdevice's last-bit differences
-    up by the same factor in both."""
+# Test programs whose terms cancel: the absolute error they may carry. numerics.fz's
+# `heavy` sums terms of up to ~4e3 (pow, sinh, exp2 of its inputs) to values near
+# 0.1; libdevice's last bits and the GPU's FMAs move the sum by up to half an f32
+# ulp of 4096 (2.4e-4; measured on the H200: 6.1e-5 at 1 of 2^20 elements).
+CANCELLING = {("numerics", "heavy"): 2.5e-4}
+
+
+def check(actual, expected, steps=1, atol=None):
     actual = actual if isinstance(actual, tuple) else (actual,)
     expected = expected if isinstance(expected, tuple) else (expected,)
-    exact = exact if isinstance(exact, tuple) else (exact,) * len(expected)
-    for a, e, x in zip(actual, expected, exact):
+    for a, e in zip(actual, expected):
         a = to_host(a)
         tol = tolerance_for_gpu(a.dtype, steps)
-        if tol and x is not None and a.dtype == np.float32:
-            a64, e64 = a.astype(np.float64), e.astype(np.float64)
-            close = np.isclose(a64, e64, equal_nan=True, **tol)
-            with np.errstate(invalid="ignore"):
-                bound = 4 * np.abs(e64 - x) + tol["atol"]
-            with np.errstate(invalid="ignore"):
-                conditioned = np.isfinite(bound) & (np.abs(a64 - x) <= bound)
-            bad = ~(close | conditioned)
-            assert not bad.any(), (np.flatnonzero(bad)[:5], a[bad][:5], e[bad][:5], x[bad][:5])
-        elif tol:
+        if tol and atol:
+            tol = {**tol, "atol": atol}
+        if tol:
             np.testing.assert_allclose(a, e, equal_nan=True, **tol)
         else:
             assert_matches(a, e)
-
-
-def exact_reference(program, path, name, args):
-    """The program's f64 form run on the same inputs (programs as written, without f16 or bf16), or None."""
-    text = path.read_text()
-    if name is None or "f32" not in text or "f16" in text:  # also bf16
-        return None
-    wide = check_source(Source(str(path), text.replace("f32", "f64")))
-    wide_args = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a
-                 for a in args]
-    return reference(wide, name, *wide_args)
 
 
 @pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
@@ -133,13 +116,12 @@ def test_example_on_gpu_equals_reference(path, float_type, name, fuse):
         if path.stem == "time_step":
             args, steps = stable_oscillator(args), 100
         expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        exact = exact_reference(program, path, name, args)
         expected = reference(program, pipeline.name, *expected_args)
         device_args = [to_device(a) for a in args]
         actual = f(*device_args)
         cp.cuda.Device().synchronize()
         if expected is not None:
-            check(actual, expected, steps, exact)
+            check(actual, expected, steps, CANCELLING.get((path.stem, name)))
         for p, a, e in zip(pipeline.params, device_args, expected_args):
             if p.role == "inout":
                 check(a, e, steps)
