@@ -161,3 +161,15 @@ def test_close_candidates_are_compiled_and_the_choice_made_on_their_real_registe
     # Not in the other fuse modes, nor for a partition chosen elsewhere (fusec tune).
     for other in (CompileOptions(fuse="all"), CompileOptions(partition=compiled.partition.groups)):
         assert guard.refine(compiled, other, lambda **c: pytest.fail("compiled"), registers) is compiled
+
+
+def test_the_guard_observes_nothing_of_a_function_its_report_lacks():
+    """A kernel whose function a ptxas log does not name is left unobserved (the
+    estimate stands), and the others are still observed and judged."""
+    source = "pipeline p(x: f32[n]) -> (y: f32[n], z: f32[n]) { y = exp(x) * 2.0; z = x * 3.0; }"
+    compiled = compile_pipeline(check_source(Source("t.fz", source)), "p", CompileOptions(fuse="none"))
+    names = [k.variants[0].name for k in compiled.interface.kernels]
+    seen = guard.observe(compiled, lambda v: None if v == names[0] else {"num_regs": 255, "spill_bytes": 64})
+    assert [o.group for o in seen] == [tuple(g) for g in compiled.partition.groups[1:]]
+    reasons = guard.surprises(compiled, seen)
+    assert len(reasons) == len(names) - 1 and all(names[0] not in r for r in reasons)

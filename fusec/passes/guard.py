@@ -34,11 +34,14 @@ class Observation:
 def observe(compiled, attributes: Callable[[str], dict]) -> tuple[Observation, ...]:
     """The real resources of each kernel's first variant (the one that runs), from
     `attributes(variant name)` (a backend's: num_regs, and spill_bytes as ptxas
-    reported them, else local_size_bytes: a stack frame then counts as a spill)."""
+    reported them, else local_size_bytes: a stack frame then counts as a spill;
+    None where it has nothing of that function)."""
     out = []
     for group, launch in zip(compiled.partition.groups, compiled.interface.kernels):
         variant = launch.variants[0]
         real = attributes(variant.name)
+        if real is None:  # not reported: nothing observed of this kernel
+            continue
         out.append(Observation(tuple(group), variant.elements_per_thread, real["num_regs"],
                                real["spill_bytes"] if "spill_bytes" in real else real["local_size_bytes"]))
     return tuple(out)
@@ -48,7 +51,11 @@ def surprises(compiled, observed: tuple[Observation, ...]) -> list[str]:
     """Why the plan no longer holds, one reason per kernel (none: it holds)."""
     costs = target_costs(compiled.interface.arch)
     reasons = []
-    for launch, seen in zip(compiled.interface.kernels, observed):
+    seen_of = {o.group: o for o in observed}
+    for group, launch in zip(compiled.partition.groups, compiled.interface.kernels):
+        seen = seen_of.get(tuple(group))
+        if seen is None:
+            continue
         assumed = launch.prediction.warps if launch.prediction else warps_per_sm(launch.variants[0].est_regs, costs)
         real = warps_per_sm(seen.regs, costs)
         if seen.spill_bytes:

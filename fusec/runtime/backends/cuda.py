@@ -231,9 +231,12 @@ def ptxas_observations(compiled, arch: str, fast_math: bool = False) -> tuple:
     ptxas's report: its real registers and spills, with no device needed."""
     from fusec.passes import guard
     report = ptxas_report(compiled.cuda, arch, fast_math)
-    return guard.observe(compiled, lambda variant: {"num_regs": report[variant]["regs"],
-                                                    "spill_bytes": report[variant]["spill_bytes"],
-                                                    "local_size_bytes": report[variant]["stack_bytes"]})
+
+    def attributes(variant: str) -> dict | None:
+        reported = report.get(variant)  # a function ptxas's log did not name: nothing observed
+        return reported and {"num_regs": reported["regs"], "spill_bytes": reported["spill_bytes"],
+                             "local_size_bytes": reported["stack_bytes"]}
+    return guard.observe(compiled, attributes)
 
 
 def load_module(source: str, arch: str, fast_math: bool = False):
