@@ -45,9 +45,10 @@ WARP_ROW_BYTES = 4096
 WARP_ROWS_PER_BLOCK = BLOCK_SIZE // 32
 # Rows held in registers: each thread of a row keeps RESIDENT_ELEMENTS of it
 # (of each array a later pass reads again), as 16-byte vectors loaded in one
-# burst by the first pass, so the row is read once; a warp a row (eight a
-# block) for rows of up to 512 elements, then a block of 64, 128, ... 1,024
-# threads a row, each for rows up to 16 elements a thread. Measured on the H200
+# burst by the first pass, so the row is read once; 8 or 16 lanes of a warp a
+# row for rows of up to 128 or 256 elements (more bytes in flight a lane than
+# a whole warp on a short row), a warp a row up to 512, then a block of 64,
+# 128, ... 1,024 threads a row, each for rows up to 16 elements a thread. Measured on the H200
 # (benchmarks/row_strategy.py, BENCHMARKS.md): with 16 elements a thread
 # softmax and RMSNorm reached 4.0 TB/s (96 % of the copy) at 256-512 elements a
 # warp and 4,096 a block of 256; with 32 and 64 elements a thread the kernels
@@ -55,7 +56,7 @@ WARP_ROWS_PER_BLOCK = BLOCK_SIZE // 32
 # (64 elements a lane at 1 Ki and 2 Ki). At most RESIDENT_REGS 32-bit registers
 # a thread hold the row (a bf16 element takes one: ptxas keeps it as f32).
 RESIDENT_ELEMENTS = 16
-RESIDENT_THREADS = (32, 64, 128, 256, 512, 1024)
+RESIDENT_THREADS = (8, 16, 32, 64, 128, 256, 512, 1024)
 RESIDENT_REGS = 64
 
 # The register budget a fused kernel may not exceed is a number of 32-bit

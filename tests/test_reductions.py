@@ -205,12 +205,14 @@ def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
     compiled = compile_text(SOFTMAX)
     (launch,) = compiled.interface.kernels
     # x (read in three passes) held in registers, 16 elements a thread as 16-byte vectors
-    # (four f32): rows of up to 512 elements a warp each, then a block of 64 ... 1,024 threads
+    # (four f32): rows of up to 128 and 256 elements 8 and 16 lanes each, 512 a warp each, then
+    # a block of 64 ... 1,024 threads
     # up to 16 elements each; else rows of up to 4 KiB a warp each, longer ones a block
     # each, where x is kept in shared memory where it fits, 4 bytes an element; each first
     # as vectors, then an element a thread.
     assert [(v.name, v.grid, v.row_cache, v.max_row, v.elements_per_thread, v.row_resident)
             for v in launch.variants] == [
+        ("p_k0_r8_v4", RowGrid(32), 0, 128, 4, 4), ("p_k0_r16_v4", RowGrid(16), 0, 256, 4, 4),
         ("p_k0_r32_v4", RowGrid(8), 0, 512, 4, 4), ("p_k0_r64_v4", RowGrid(1, 64), 0, 1024, 4, 4),
         ("p_k0_r128_v4", RowGrid(1, 128), 0, 2048, 4, 4), ("p_k0_r256_v4", RowGrid(1, 256), 0, 4096, 4, 4),
         ("p_k0_r512_v4", RowGrid(1, 512), 0, 8192, 4, 4), ("p_k0_r1024_v4", RowGrid(1, 1024), 0, 16384, 4, 4),

@@ -22,7 +22,7 @@ EPS32 = float(np.finfo(np.float32).eps)
 LENGTHS = [1, 7, 33, 256, 257, 1000, 1028, 4100]
 
 
-STRATEGIES = ["warp-resident", "block-resident", "warp", "block"]
+STRATEGIES = ["lanes-resident", "warp-resident", "block-resident", "warp", "block"]
 
 
 def force(monkeypatch, strategy: str) -> None:
@@ -32,11 +32,12 @@ def force(monkeypatch, strategy: str) -> None:
     block per row reading the row again (the same threads take the same elements)."""
     import fusec.passes.variants as variants
     kind, _, resident = strategy.partition("-")
-    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident",) * bool(resident) + (kind, "block"))
-    monkeypatch.setattr(variants, "WARP_ROW_BYTES", 1 << 62 if kind == "warp" else -1)
+    fallback = "block" if kind == "block" else "warp"  # lanes of a warp: the warp's kernel
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident",) * bool(resident) + (fallback, "block"))
+    monkeypatch.setattr(variants, "WARP_ROW_BYTES", -1 if kind == "block" else 1 << 62)
     if resident:
-        from fusec.target import RESIDENT_THREADS
-        monkeypatch.setattr(variants, "RESIDENT_THREADS", tuple(t for t in RESIDENT_THREADS if (t == 32) == (kind == "warp")))
+        threads = {"lanes": (8, 16), "warp": (32,), "block": (64, 128, 256, 512, 1024)}[kind]
+        monkeypatch.setattr(variants, "RESIDENT_THREADS", threads)
 
 
 @pytest.fixture(params=STRATEGIES)
@@ -50,7 +51,8 @@ def launched_strategy(f) -> str:
     name = f._runner.backend.launched[-1]
     resident = re.search(r"_r(\d+)(_v\d+)?$", name)
     if resident:
-        return ("warp" if resident.group(1) == "32" else "block") + "-resident"
+        threads = int(resident.group(1))
+        return ("lanes" if threads < 32 else "warp" if threads == 32 else "block") + "-resident"
     return "warp" if "_warp" in name else "block"
 
 
@@ -59,9 +61,9 @@ def expected_strategy(strategy: str, length: int, width: int = 4) -> str:
     where rows of `length` cannot be held (f32: 4 elements a vector; 16 elements
     a thread of a warp or of a block of up to 1,024)."""
     kind, _, resident = strategy.partition("-")
-    most = 16 * (32 if kind == "warp" else 1024)
+    most = 16 * {"lanes": 16, "warp": 32, "block": 1024}[kind]
     if resident and (length % width or length > most or length == 0):
-        return kind
+        return "block" if kind == "block" else "warp"
     return strategy
 
 
@@ -231,15 +233,17 @@ def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(len
 
 
 @pytest.mark.parametrize("dtype,length,variant", [
-    ("f32", 64, "p_k0_r32_v4"), ("f32", 512, "p_k0_r32_v4"), ("f32", 516, "p_k0_r64_v4"),
+    ("f32", 64, "p_k0_r8_v4"), ("f32", 128, "p_k0_r8_v4"), ("f32", 200, "p_k0_r16_v4"), ("f32", 260, "p_k0_r32_v4"),
+    ("f32", 512, "p_k0_r32_v4"), ("f32", 516, "p_k0_r64_v4"),
     ("f32", 1024, "p_k0_r64_v4"), ("f32", 1028, "p_k0_r128_v4"), ("f32", 4096, "p_k0_r256_v4"),
     ("f32", 4100, "p_k0_r512_v4"), ("f32", 16384, "p_k0_r1024_v4"), ("f32", 16388, "p_k0_v4"),
-    ("f32", 1030, "p_k0_cached"), ("bf16", 512, "p_k0_r32_v8"), ("bf16", 520, "p_k0_r64_v8"),
+    ("f32", 1030, "p_k0_cached"), ("bf16", 256, "p_k0_r16_v8"), ("bf16", 512, "p_k0_r32_v8"), ("bf16", 520, "p_k0_r64_v8"),
     ("bf16", 8200, "p_k0_r1024_v8")])
 def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vectors_hold(dtype, length, variant,
                                                                                         monkeypatch):
     """The runtime takes the row kept in registers by the fewest threads that hold
-    it 16 elements each (a warp, or a block of 64 to 1,024), else the shared
+    it 16 elements each (8 or 16 lanes of a warp, a warp, or a block of 64 to
+    1,024), else the shared
     memory, else memory again. A warp's, and a block of 256's, take the elements
     their warp or block per row reading memory in every pass takes: the same bits
     (the same order of reduction); each follows the reference."""

@@ -297,10 +297,12 @@ class _KernelEmitter:
         warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
         width = variant.elements_per_thread  # > 1: each pass moves one vector of the row a thread
         resident = variant.row_resident
-        threads = 32 if warp else block_threads(variant, BLOCK_SIZE)
+        # threads a row: a warp's, or fewer (several rows a warp), or the block's
+        threads = BLOCK_SIZE // variant.grid.rows_per_block if warp else block_threads(variant, BLOCK_SIZE)
         row, col = namer.fresh("row"), namer.fresh("col")
         slot = namer.fresh("r") if resident else None  # which of the thread's kept vectors
         lane = namer.fresh("lane") if warp else None
+        live = namer.fresh("live") if warp and threads < 32 else None  # the group's row exists
         first, element = (namer.fresh("c"), namer.fresh("k")) if width > 1 else (None, None)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
         per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
@@ -376,7 +378,8 @@ class _KernelEmitter:
                     lines.append(self._instruction(idx, loads, local, inner))
             lines += [f"{held[idx]}[{slot}].v[{element}] = {inner[idx]};" for idx in keeps]
             refs.named = inner.named
-            return {"lines": [line for line in lines if line], "refs": inner, "pre": pre, "declare": [], "stores": []}
+            return {"lines": [line for line in lines if line], "refs": inner, "pre": pre, "declare": [], "stores": [],
+                    "live": None}
 
         scope += per_row(0)
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
@@ -432,6 +435,8 @@ class _KernelEmitter:
             passes.append({**loop, "init": init, "steps": steps, "combine": combine, "after": finish + per_row(round_)})
         earlier = {i: held[i] for kept_here in keeps[:-1] for i in kept_here}
         final = element_pass(sets[-1], earlier) if element_stores else None
+        if final is not None:
+            final["live"] = live  # a group past the last row stores nothing
         if final is not None and width == 1:
             final["lines"] += [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
                                for a, at in element_stores]
@@ -447,12 +452,13 @@ class _KernelEmitter:
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
-        return {"row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
+        return {"coords": self._row_element_coordinates(row, first or col),
+                "row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
                 "resident": resident, "slot": slot, "threads": threads,
                 # a block larger than any function can launch: ptxas to fit its registers to it
                 "bounds": threads if threads > BLOCK_SIZE else 0,
                 "partials": [] if warp else [(t, name) for t, name in partials.items()], "passes": passes,
-                "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows,
+                "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows, "live": live,
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
                 "vector": width, "first": first, "element": element}
 
@@ -573,6 +579,30 @@ class _KernelEmitter:
         if 0 in needed:
             lines.append(f"const long long {names[0]} = {rest};")
         return lines, names
+
+    def _row_element_coordinates(self, row: str, position: str) -> list[str]:
+        """The coordinates `_coordinates` names, in a row kernel's loop: the last is the
+        element's `position` along its row, the others the row's own (no division by
+        the row's length where i = row * length + position)."""
+        if not self.coords:
+            return []
+        m, names = len(self.k.extents), self.coord_names
+        lines = [f"// coordinates of {self.i}: its row's, and its place along the row"]
+        if m - 1 in names:
+            lines.append(f"const long long {names[m - 1]} = {position};")
+        rest = row
+        for j in range(m - 2, -1, -1):
+            if not any(k <= j for k in names):
+                break
+            if j == 0:
+                lines.append(f"const long long {names[0]} = {rest};")
+                break
+            if j in names:
+                lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
+            quotient = self.namer.fresh(f"r{j}")
+            lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
+            rest = quotient
+        return lines
 
     def _comments(self) -> list[str]:
         k = self.k

@@ -27,7 +27,8 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
-from fusec.target import RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES, WARP_ROWS_PER_BLOCK
+from fusec.target import (BLOCK_SIZE, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
+                          WARP_ROWS_PER_BLOCK)
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -138,8 +139,8 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
             count = max(1, RESIDENT_ELEMENTS // w)  # vectors a thread
             held = count * w * kept // 4  # 32-bit registers the kept row takes a thread
             for threads in RESIDENT_THREADS if held <= RESIDENT_REGS else ():
-                warp = threads == 32
-                grid = RowGrid(WARP_ROWS_PER_BLOCK) if warp else RowGrid(1, threads)
+                warp = threads <= 32  # a warp, or part of one (several rows a warp): shuffles alone
+                grid = RowGrid(BLOCK_SIZE // threads) if warp else RowGrid(1, threads)
                 out.append(Variant(f"{name}_r{threads}{suffix}", w, grid, regs(warp, held),
                                    max_row=count * threads * w, row_resident=count, **vector))
         if "warp" in ROW_STRATEGIES:

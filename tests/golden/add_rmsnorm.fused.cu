@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -119,8 +119,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         const float v1 = residual[i];
@@ -134,8 +134,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp(
     const float v6 = rsqrtf(v5);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v7 = x[i];
         const float v8 = residual[i];
@@ -168,8 +168,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = (x_row[col] = x[i]);
         const float v1 = (residual_row[col] = residual[i]);
@@ -183,8 +183,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
     const float v6 = rsqrtf(v5);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v7 = x_row[col];
         const float v8 = residual_row[col];
@@ -214,8 +214,8 @@ extern "C" __global__ void add_rmsnorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         const float v1 = residual[i];
@@ -229,8 +229,8 @@ extern "C" __global__ void add_rmsnorm_k0(
     const float v6 = rsqrtf(v5);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v7 = x[i];
         const float v8 = residual[i];
@@ -240,6 +240,148 @@ extern "C" __global__ void add_rmsnorm_k0(
         const float v12 = v11 * v9;
         h[i] = v10;
         y[i] = v12;
+    }
+}
+// add_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_k0_r8_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_k0_r16_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
 // add_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
@@ -267,8 +409,8 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -292,8 +434,8 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -335,8 +477,8 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -360,8 +502,8 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -403,8 +545,8 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -428,8 +570,8 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -471,8 +613,8 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -496,8 +638,8 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -539,8 +681,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -564,8 +706,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -607,8 +749,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -632,8 +774,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -670,8 +812,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -690,8 +832,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
@@ -734,8 +876,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -754,8 +896,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -793,8 +935,8 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -813,8 +955,8 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
@@ -913,12 +1055,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -960,8 +1102,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = __bfloat162float(residual[i]);
@@ -977,8 +1119,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     const float v8 = rsqrtf(v7);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v9 = __bfloat162float(x[i]);
         const float v10 = __bfloat162float(residual[i]);
@@ -1015,8 +1157,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = __bfloat162float((residual_row[col] = residual[i]));
@@ -1032,8 +1174,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v9 = __bfloat162float(x_row[col]);
         const float v10 = __bfloat162float(residual_row[col]);
@@ -1067,8 +1209,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = __bfloat162float(residual[i]);
@@ -1084,8 +1226,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v9 = __bfloat162float(x[i]);
         const float v10 = __bfloat162float(residual[i]);
@@ -1099,6 +1241,158 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
         const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
         h[i] = __float2bfloat16_rn(v13);
         y[i] = __float2bfloat16_rn(v18);
+    }
+}
+// add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// add_rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 72 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
 }
 // add_rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
@@ -1126,8 +1420,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1153,8 +1447,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1199,8 +1493,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1226,8 +1520,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1272,8 +1566,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1299,8 +1593,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1345,8 +1639,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1372,8 +1666,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1418,8 +1712,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1445,8 +1739,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1491,8 +1785,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1518,8 +1812,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1559,8 +1853,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1581,8 +1875,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
@@ -1629,8 +1923,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1651,8 +1945,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1694,8 +1988,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1716,8 +2010,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);

@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -197,6 +197,78 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean(
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     if (threadIdx.x == 0) {
+        row_mean_0[row] = v2;
+    }
+}
+// add_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+extern "C" __global__ void add_rmsnorm_k1_row_mean_r8_v4(
+    const float* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> h_v = *reinterpret_cast<const fz_vec<float, 4>*>(h + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = h_v.v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v2 = acc / length;
+    if (lane == 0 && live) {
+        row_mean_0[row] = v2;
+    }
+}
+// add_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+extern "C" __global__ void add_rmsnorm_k1_row_mean_r16_v4(
+    const float* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> h_v = *reinterpret_cast<const fz_vec<float, 4>*>(h + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = h_v.v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v2 = acc / length;
+    if (lane == 0 && live) {
         row_mean_0[row] = v2;
     }
 }
@@ -597,12 +669,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -727,6 +799,80 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean(
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v3 = acc / length;
     if (threadIdx.x == 0) {
+        row_mean_0[row] = v3;
+    }
+}
+// add_rmsnorm_bf16_k1_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r8_v8(
+    const __nv_bfloat16* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(h_v.v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v3 = acc / length;
+    if (lane == 0 && live) {
+        row_mean_0[row] = v3;
+    }
+}
+// add_rmsnorm_bf16_k1_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r16_v8(
+    const __nv_bfloat16* __restrict__ h,
+    float* __restrict__ row_mean_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(h_v.v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v3 = acc / length;
+    if (lane == 0 && live) {
         row_mean_0[row] = v3;
     }
 }

@@ -79,12 +79,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -126,8 +126,8 @@ extern "C" __global__ void cross_entropy_k0_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
@@ -163,8 +163,8 @@ extern "C" __global__ void cross_entropy_k0(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
@@ -178,6 +178,100 @@ extern "C" __global__ void cross_entropy_k0(
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
+        loss[row] = v4;
+    }
+}
+// cross_entropy_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 38 registers.
+extern "C" __global__ void cross_entropy_k0_r8_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    hits = fz_warp_combine(hits, fz_sum_op(), 8);
+    const float lse = fz_lse_result(acc);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (lane == 0 && live) {
+        loss[row] = v4;
+    }
+}
+// cross_entropy_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 38 registers.
+extern "C" __global__ void cross_entropy_k0_r16_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        fz_lse_add(acc, v2);
+        if (col == v0) { acc_ = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    hits = fz_warp_combine(hits, fz_sum_op(), 16);
+    const float lse = fz_lse_result(acc);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (lane == 0 && live) {
         loss[row] = v4;
     }
 }
@@ -203,8 +297,8 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -248,8 +342,8 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -293,8 +387,8 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -338,8 +432,8 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -383,8 +477,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -428,8 +522,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -470,8 +564,8 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -511,8 +605,8 @@ extern "C" __global__ void cross_entropy_k0_v4(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -745,12 +839,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -792,8 +886,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
@@ -830,8 +924,8 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
@@ -846,6 +940,102 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
+        loss[row] = v5;
+    }
+}
+// cross_entropy_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 38 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        fz_lse_add(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    hits = fz_warp_combine(hits, fz_sum_op(), 8);
+    const float lse = fz_lse_result(acc);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (lane == 0 && live) {
+        loss[row] = v5;
+    }
+}
+// cross_entropy_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 38 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        fz_lse_add(acc, v3);
+        if (col == v0) { acc_ = v3; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    hits = fz_warp_combine(hits, fz_sum_op(), 16);
+    const float lse = fz_lse_result(acc);
+    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (lane == 0 && live) {
         loss[row] = v5;
     }
 }
@@ -871,8 +1061,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -917,8 +1107,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -963,8 +1153,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1009,8 +1199,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1055,8 +1245,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1101,8 +1291,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r102
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1144,8 +1334,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1186,8 +1376,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {

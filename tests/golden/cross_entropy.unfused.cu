@@ -79,12 +79,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -197,6 +197,74 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// cross_entropy_k1_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
         row_logsumexp_0[row] = lse;
     }
 }
@@ -462,8 +530,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
@@ -491,8 +559,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
@@ -501,6 +569,86 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float picked = hits != (float)0 ? acc : (float)0;
     if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    hits = fz_warp_combine(hits, fz_sum_op(), 8);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0 && live) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) { acc = v1; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    hits = fz_warp_combine(hits, fz_sum_op(), 16);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
 }
@@ -524,8 +672,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -561,8 +709,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -598,8 +746,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -635,8 +783,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -672,8 +820,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -709,8 +857,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -744,8 +892,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -777,8 +925,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1086,12 +1234,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -1206,6 +1354,76 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// cross_entropy_bf16_k1_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
         row_logsumexp_0[row] = lse;
     }
 }
@@ -1479,8 +1697,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
@@ -1509,8 +1727,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
@@ -1520,6 +1738,88 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float picked = hits != (float)0 ? acc : (float)0;
     if (threadIdx.x == 0) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    hits = fz_warp_combine(hits, fz_sum_op(), 8);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0 && live) {
+        row_pick_1[row] = picked;
+    }
+}
+// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+    float hits = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) { acc = v2; hits = 1; }
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    hits = fz_warp_combine(hits, fz_sum_op(), 16);
+    const float picked = hits != (float)0 ? acc : (float)0;
+    if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
 }
@@ -1543,8 +1843,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1581,8 +1881,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1619,8 +1919,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1657,8 +1957,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1695,8 +1995,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1733,8 +2033,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k2_row_
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1769,8 +2069,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1803,8 +2103,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {

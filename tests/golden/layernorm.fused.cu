@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -120,8 +120,8 @@ extern "C" __global__ void layernorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
@@ -131,8 +131,8 @@ extern "C" __global__ void layernorm_k0_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v2 = x[i];
         const float v3 = v2 - v1;
@@ -145,8 +145,8 @@ extern "C" __global__ void layernorm_k0_warp(
     const float v7 = rsqrtf(v6);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v8 = x[i];
         const float v9 = w[c1];
@@ -183,8 +183,8 @@ extern "C" __global__ void layernorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = (x_row[col] = x[i]);
         acc = fz_sum_op()(acc, v0);
@@ -194,8 +194,8 @@ extern "C" __global__ void layernorm_k0_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v2 = x_row[col];
         const float v3 = v2 - v1;
@@ -208,8 +208,8 @@ extern "C" __global__ void layernorm_k0_cached(
     const float v7 = rsqrtf(v6);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v8 = x_row[col];
         const float v9 = w[c1];
@@ -244,8 +244,8 @@ extern "C" __global__ void layernorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
@@ -255,8 +255,8 @@ extern "C" __global__ void layernorm_k0(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v2 = x[i];
         const float v3 = v2 - v1;
@@ -269,8 +269,8 @@ extern "C" __global__ void layernorm_k0(
     const float v7 = rsqrtf(v6);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v8 = x[i];
         const float v9 = w[c1];
@@ -282,6 +282,188 @@ extern "C" __global__ void layernorm_k0(
         y[i] = v14;
     }
     if (threadIdx.x == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+}
+// layernorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 59 registers.
+extern "C" __global__ void layernorm_k0_r8_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (lane == 0 && live) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+}
+// layernorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 59 registers.
+extern "C" __global__ void layernorm_k0_r16_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (lane == 0 && live) {
         mean[row] = v1;
         rstd[row] = v7;
     }
@@ -311,8 +493,8 @@ extern "C" __global__ void layernorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -330,8 +512,8 @@ extern "C" __global__ void layernorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -352,8 +534,8 @@ extern "C" __global__ void layernorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -399,8 +581,8 @@ extern "C" __global__ void layernorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -418,8 +600,8 @@ extern "C" __global__ void layernorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -440,8 +622,8 @@ extern "C" __global__ void layernorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -487,8 +669,8 @@ extern "C" __global__ void layernorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -506,8 +688,8 @@ extern "C" __global__ void layernorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -528,8 +710,8 @@ extern "C" __global__ void layernorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -575,8 +757,8 @@ extern "C" __global__ void layernorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -594,8 +776,8 @@ extern "C" __global__ void layernorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -616,8 +798,8 @@ extern "C" __global__ void layernorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -663,8 +845,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -682,8 +864,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -704,8 +886,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -751,8 +933,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -770,8 +952,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -792,8 +974,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -835,8 +1017,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -850,8 +1032,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -868,8 +1050,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
@@ -914,8 +1096,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -929,8 +1111,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -946,8 +1128,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -989,8 +1171,8 @@ extern "C" __global__ void layernorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1004,8 +1186,8 @@ extern "C" __global__ void layernorm_k0_v4(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1022,8 +1204,8 @@ extern "C" __global__ void layernorm_k0_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
@@ -1124,12 +1306,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -1172,8 +1354,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
@@ -1184,8 +1366,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
@@ -1199,8 +1381,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     const float v9 = rsqrtf(v8);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v10 = __bfloat162float(x[i]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1241,8 +1423,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = (float)v0;
@@ -1253,8 +1435,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v3 = __bfloat162float(x_row[col]);
         const float v4 = (float)v3;
@@ -1268,8 +1450,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     const float v9 = rsqrtf(v8);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v10 = __bfloat162float(x_row[col]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1308,8 +1490,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
@@ -1320,8 +1502,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
@@ -1335,8 +1517,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     const float v9 = rsqrtf(v8);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v10 = __bfloat162float(x[i]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1354,6 +1536,198 @@ extern "C" __global__ void layernorm_bf16_k0(
     if (threadIdx.x == 0) {
         mean[row] = v2;
         rstd[row] = v9;
+    }
+}
+// layernorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 59 registers.
+extern "C" __global__ void layernorm_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    if (lane == 0 && live) {
+        mean[row] = v2;
+        rstd[row] = v7;
+    }
+}
+// layernorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 59 registers.
+extern "C" __global__ void layernorm_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    if (lane == 0 && live) {
+        mean[row] = v2;
+        rstd[row] = v7;
     }
 }
 // layernorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 59 registers.
@@ -1382,8 +1756,8 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1403,8 +1777,8 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1424,8 +1798,8 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1475,8 +1849,8 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1496,8 +1870,8 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1517,8 +1891,8 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1568,8 +1942,8 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1589,8 +1963,8 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1610,8 +1984,8 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1661,8 +2035,8 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1682,8 +2056,8 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1703,8 +2077,8 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1754,8 +2128,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1775,8 +2149,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1796,8 +2170,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1847,8 +2221,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1868,8 +2242,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -1889,8 +2263,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1935,8 +2309,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1951,8 +2325,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1970,8 +2344,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
@@ -2020,8 +2394,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2036,8 +2410,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -2054,8 +2428,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -2101,8 +2475,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2117,8 +2491,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2136,8 +2510,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);

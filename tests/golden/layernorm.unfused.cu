@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -146,6 +146,76 @@ extern "C" __global__ void layernorm_k0_row_mean(
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v1 = acc / length;
     if (threadIdx.x == 0) {
+        mean[row] = v1;
+    }
+}
+// layernorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v1 = acc / length;
+    if (lane == 0 && live) {
+        mean[row] = v1;
+    }
+}
+// layernorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_k0_row_mean_r16_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v1 = acc / length;
+    if (lane == 0 && live) {
         mean[row] = v1;
     }
 }
@@ -507,6 +577,114 @@ extern "C" __global__ void layernorm_k1_row_var(
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
     const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_k1_row_var_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+extern "C" __global__ void layernorm_k1_row_var_r8_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v5 = acc_ / length;
+    if (lane == 0 && live) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_k1_row_var_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+extern "C" __global__ void layernorm_k1_row_var_r16_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v5 = acc_ / length;
+    if (lane == 0 && live) {
         row_var_0[row] = v5;
     }
 }
@@ -1143,12 +1321,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -1219,6 +1397,78 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v2 = acc / length;
     if (threadIdx.x == 0) {
+        mean[row] = v2;
+    }
+}
+// layernorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v2 = acc / length;
+    if (lane == 0 && live) {
+        mean[row] = v2;
+    }
+}
+// layernorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v2 = acc / length;
+    if (lane == 0 && live) {
         mean[row] = v2;
     }
 }
@@ -1595,6 +1845,118 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
     const float v7 = acc_ / length;
     if (threadIdx.x == 0) {
         row_var_0[row] = v7;
+    }
+}
+// layernorm_bf16_k1_row_var_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v5 = acc_ / length;
+    if (lane == 0 && live) {
+        row_var_0[row] = v5;
+    }
+}
+// layernorm_bf16_k1_row_var_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[2];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v5 = acc_ / length;
+    if (lane == 0 && live) {
+        row_var_0[row] = v5;
     }
 }
 // layernorm_bf16_k1_row_var_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 55 registers.

@@ -59,12 +59,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -169,6 +169,102 @@ extern "C" __global__ void log_softmax_k0(
         const float v1 = x[i];
         const float v2 = v1 - lse;
         y[i] = v2;
+    }
+}
+// log_softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_r8_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// log_softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_r16_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
 // log_softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
@@ -619,12 +715,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -738,6 +834,108 @@ extern "C" __global__ void log_softmax_bf16_k0(
         const float v4 = v3 - lse;
         const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
         y[i] = __float2bfloat16_rn(v5);
+    }
+}
+// log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// log_softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
 }
 // log_softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 49 registers.

@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -144,6 +144,74 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// log_softmax_k0_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// log_softmax_k0_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        fz_lse_add(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
         row_logsumexp_0[row] = lse;
     }
 }
@@ -513,12 +581,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -587,6 +655,76 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// log_softmax_bf16_k0_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 8);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
+        row_logsumexp_0[row] = lse;
+    }
+}
+// log_softmax_bf16_k0_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        fz_lse_add(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_lse_op(), 16);
+    const float lse = fz_lse_result(acc);
+    if (lane == 0 && live) {
         row_logsumexp_0[row] = lse;
     }
 }

@@ -72,12 +72,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -117,8 +117,8 @@ extern "C" __global__ void rmsnorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         const float v1 = v0 * v0;
@@ -130,8 +130,8 @@ extern "C" __global__ void rmsnorm_k0_warp(
     const float v4 = rsqrtf(v3);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v5 = x[i];
         const float v6 = w[c1];
@@ -158,8 +158,8 @@ extern "C" __global__ void rmsnorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = (x_row[col] = x[i]);
         const float v1 = v0 * v0;
@@ -171,8 +171,8 @@ extern "C" __global__ void rmsnorm_k0_cached(
     const float v4 = rsqrtf(v3);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v5 = x_row[col];
         const float v6 = w[c1];
@@ -197,8 +197,8 @@ extern "C" __global__ void rmsnorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = x[i];
         const float v1 = v0 * v0;
@@ -210,14 +210,136 @@ extern "C" __global__ void rmsnorm_k0(
     const float v4 = rsqrtf(v3);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v5 = x[i];
         const float v6 = w[c1];
         const float v7 = v5 * v4;
         const float v8 = v7 * v6;
         y[i] = v8;
+    }
+}
+// rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+extern "C" __global__ void rmsnorm_k0_r8_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+extern "C" __global__ void rmsnorm_k0_r16_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
 // rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
@@ -241,8 +363,8 @@ extern "C" __global__ void rmsnorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -262,8 +384,8 @@ extern "C" __global__ void rmsnorm_k0_r32_v4(
       const long long c = ((long long)r * 32 + lane) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -299,8 +421,8 @@ extern "C" __global__ void rmsnorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -320,8 +442,8 @@ extern "C" __global__ void rmsnorm_k0_r64_v4(
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -357,8 +479,8 @@ extern "C" __global__ void rmsnorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -378,8 +500,8 @@ extern "C" __global__ void rmsnorm_k0_r128_v4(
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -415,8 +537,8 @@ extern "C" __global__ void rmsnorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -436,8 +558,8 @@ extern "C" __global__ void rmsnorm_k0_r256_v4(
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -473,8 +595,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -494,8 +616,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_r512_v4(
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -531,8 +653,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -552,8 +674,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -586,8 +708,8 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -603,8 +725,8 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
@@ -638,8 +760,8 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -655,8 +777,8 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -687,8 +809,8 @@ extern "C" __global__ void rmsnorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -704,8 +826,8 @@ extern "C" __global__ void rmsnorm_k0_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
@@ -798,12 +920,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -843,8 +965,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = v0 * v0;
@@ -857,8 +979,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
     const float v5 = rsqrtf(v4);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v6 = __bfloat162float(x[i]);
         const float v7 = __bfloat162float(w[c1]);
@@ -888,8 +1010,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = v0 * v0;
@@ -902,8 +1024,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
     const float v5 = rsqrtf(v4);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v6 = __bfloat162float(x_row[col]);
         const float v7 = __bfloat162float(w[c1]);
@@ -931,8 +1053,8 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = v0 * v0;
@@ -945,8 +1067,8 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     const float v5 = rsqrtf(v4);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = col;
 
         const float v6 = __bfloat162float(x[i]);
         const float v7 = __bfloat162float(w[c1]);
@@ -956,6 +1078,136 @@ extern "C" __global__ void rmsnorm_bf16_k0(
         const float v11 = v9 * v10;
         const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
         y[i] = __float2bfloat16_rn(v12);
+    }
+}
+// rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 8);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
+        const float v7 = __bfloat162float(w_v.v[k]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y_out.v[k] = __float2bfloat16_rn(v12);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_sum_op(), 16);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
+        const float v7 = __bfloat162float(w_v.v[k]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y_out.v[k] = __float2bfloat16_rn(v12);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
 }
 // rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
@@ -979,8 +1231,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1001,8 +1253,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
       const long long c = ((long long)r * 32 + lane) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1041,8 +1293,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1063,8 +1315,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1103,8 +1355,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1125,8 +1377,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1165,8 +1417,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1187,8 +1439,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1227,8 +1479,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1249,8 +1501,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1289,8 +1541,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_bf16_k0_r1024_v8(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1311,8 +1563,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_bf16_k0_r1024_v8(
       const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1348,8 +1600,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1366,8 +1618,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1404,8 +1656,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1422,8 +1674,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1457,8 +1709,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1475,8 +1727,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;

@@ -59,12 +59,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -202,6 +202,136 @@ extern "C" __global__ void softmax_k0(
         const float v6 = expf(v5);
         const float v7 = v6 / acc_;
         y[i] = v7;
+    }
+}
+// softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 54 registers.
+extern "C" __global__ void softmax_k0_r8_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op(), 8);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+}
+// softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 54 registers.
+extern "C" __global__ void softmax_k0_r16_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> held[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op(), 16);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
 // softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 54 registers.
@@ -798,12 +928,12 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
-// Combines the 32 lanes' values of a warp by shuffles, in one order: every lane
-// gets the same result.
+// Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
+// or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_warp_combine(T v, Op op)
+__device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
 {
-    for (int offset = 16; offset > 0; offset >>= 1)
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
@@ -953,6 +1083,142 @@ extern "C" __global__ void softmax_bf16_k0(
         const float v10 = v9 / acc_;
         const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
         y[i] = __float2bfloat16_rn(v11);
+    }
+}
+// softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 54 registers.
+extern "C" __global__ void softmax_bf16_k0_r8_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 32 rows a block, 8 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
+    const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
+    const unsigned lane = threadIdx.x & 7u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op(), 8);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+}
+// softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 54 registers.
+extern "C" __global__ void softmax_bf16_k0_r16_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    // 16 rows a block, 16 lanes each; a group past the last row
+    // computes that row again and stores nothing (its warp's shuffles need every lane)
+    const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
+    const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
+    const unsigned lane = threadIdx.x & 15u;
+    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held_[2];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    acc = fz_warp_combine(acc, fz_max_op(), 16);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1 && live) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
 }
 // softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 54 registers.
