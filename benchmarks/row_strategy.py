@@ -28,11 +28,14 @@ STRATEGIES = {  # name: (ROW_STRATEGIES, WARP_ROW_BYTES, RESIDENT_THREADS)
     "warp-resident": (("resident", "block"), -1, (32,)),
     "block-resident": (("resident", "block"), -1, tuple(t for t in variants.RESIDENT_THREADS if t > 32)),
     "auto": (variants.ROW_STRATEGIES, variants.WARP_ROW_BYTES, variants.RESIDENT_THREADS),
+    "auto32": (variants.ROW_STRATEGIES, variants.WARP_ROW_BYTES, variants.RESIDENT_THREADS),  # 32 elements a thread
 }
+ELEMENTS = variants.RESIDENT_ELEMENTS
 
 
 def force(name: str) -> None:
     variants.ROW_STRATEGIES, variants.WARP_ROW_BYTES, variants.RESIDENT_THREADS = STRATEGIES[name]
+    variants.RESIDENT_ELEMENTS = 2 * ELEMENTS if name == "auto32" else ELEMENTS
 
 
 def main() -> None:
@@ -52,7 +55,7 @@ def main() -> None:
     for example in examples:
         text = open(f"examples/{example}.fz").read().split("\npipeline ", 2)
         text = text[0] if text[0].startswith("pipeline") else "pipeline " + text[1]
-        for dtype in ("f32", "bf16"):
+        for dtype in (sys.argv[sys.argv.index("--dtypes") + 1].split(",") if "--dtypes" in sys.argv else ("f32", "bf16")):
             program = retype(text, dtype, example)
             pipeline = program.pipelines[0]
             for length in LENGTHS:
@@ -68,9 +71,10 @@ def main() -> None:
                     f = fusec.jit(program.source.text, backend=backend)
                     got = f(*args)
                     kernels[name] = _chosen(f, length)
-                    got = got.get() if hasattr(got, "get") else got
-                    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
-                                               rtol=2e-2 if dtype == "bf16" else 1e-5, atol=1e-5)
+                    for g, w in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want))):
+                        g = g.get() if hasattr(g, "get") else g
+                        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                                   rtol=2e-2 if dtype == "bf16" else 1e-5, atol=2e-2 if dtype == "bf16" else 1e-5)
                     times[name] = time_gpu(xp, lambda: f(*args)) if backend == "cuda" else float("nan")
                 tb = {k: minimum_bytes(pipeline, dims) / (us * 1e-6) / 1e12 for k, us in times.items()}
                 fastest = min(times, key=times.get) if backend == "cuda" else "-"
