@@ -48,7 +48,7 @@ def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positiv
 
 
 DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "softmax", "log_softmax", "bf16_swiglu",
-                  "layernorm", "rmsnorm", "add_rmsnorm"]
+                  "layernorm", "rmsnorm", "add_rmsnorm", "mlp"]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "sim"])
