@@ -23,6 +23,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.ir.program import fmt_shape
+from fusec.target import BLOCK_SIZE
 
 
 def form_name(launch: KernelLaunch) -> str:
@@ -53,7 +54,9 @@ def _grid_name(grid) -> str:
             return "work_items"
         case RowGrid(rows_per_block, threads):
             if rows_per_block > 1:
-                return f"a warp per row ({rows_per_block} a block)"
+                lanes = BLOCK_SIZE // rows_per_block
+                return f"a warp per row ({rows_per_block} a block)" if lanes == 32 else \
+                    f"{lanes} lanes per row ({rows_per_block} a block)"
             return f"a block of {threads} per row" if threads else "a block per row"
         case ColumnGrid(chunks):
             return "columns" if chunks == 1 else f"columns x {chunks}"

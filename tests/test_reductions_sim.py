@@ -238,7 +238,7 @@ def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(len
     ("f32", 1024, "p_k0_r64_v4"), ("f32", 1028, "p_k0_r128_v4"), ("f32", 4096, "p_k0_r256_v4"),
     ("f32", 4100, "p_k0_r512_v4"), ("f32", 16384, "p_k0_r1024_v4"), ("f32", 16388, "p_k0_v4"),
     ("f32", 1030, "p_k0_cached"), ("bf16", 256, "p_k0_r16_v8"), ("bf16", 512, "p_k0_r32_v8"), ("bf16", 520, "p_k0_r64_v8"),
-    ("bf16", 8200, "p_k0_r1024_v8")])
+    ("bf16", 4104, "p_k0_r256_v8"), ("bf16", 8200, "p_k0_r512_v8")])
 def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vectors_hold(dtype, length, variant,
                                                                                         monkeypatch):
     """The runtime takes the row kept in registers by the fewest threads that hold

@@ -399,7 +399,7 @@ class _KernelEmitter:
             reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_]
             earlier = {i: held[i] for kept_here in keeps[:round_ - 1] for i in kept_here}
             loop = element_pass(sets[round_ - 1], earlier, keeps[round_ - 1])
-            init, steps, combine, finish = [], [], [], []
+            init, steps, combine, finish, post = [], [], [], [], []
             for idx in reductions:
                 ins = body[idx]
                 t = ins.type.compute.c
@@ -409,7 +409,17 @@ class _KernelEmitter:
                     pair = f"fz_lse<{t}>"
                     partial = partials.setdefault(pair, namer.fresh(f"partial_lse_{t}"))
                     init.append(f"{pair} {acc} = {{{float_const(-math.inf, ins.type.compute.bits == 64)}, ({t})0}};")
-                    steps.append(f"fz_lse_add({acc}, {value});")
+                    if resident:  # the thread's max first, then its sum from registers: no branch an element
+                        kept_in, term = namer.fresh("lse_in"), namer.fresh("e")
+                        scope.append(f"fz_vec<{t}, {width}> {kept_in}[{resident}];")
+                        steps += [f"{kept_in}[{slot}].v[{element}] = {value};",
+                                  f"{acc}.m = fz_max_op()({acc}.m, {value});"]
+                        post += self._resident_loop(slot, first, element, resident, threads, lane or "threadIdx.x",
+                                                    width, length, [f"const {t} {term} = fz_exp_accurate({kept_in}[{slot}]"
+                                                                    f".v[{element}] - {acc}.m);",
+                                                                    f"if ({term} == {term}) {acc}.s += {term};  // NaN: equal infinities"])
+                    else:
+                        steps.append(f"fz_lse_add({acc}, {value});")
                     combine.append((acc, "fz_lse_op", partial))
                     refs[idx] = namer.fresh("lse")
                     finish.append(f"const {t} {refs[idx]} = fz_lse_result({acc});")
@@ -432,7 +442,8 @@ class _KernelEmitter:
                 steps.append(f"{acc} = {op}()({acc}, {value});")
                 combine.append((acc, op, partial))
                 refs[idx] = acc
-            passes.append({**loop, "init": init, "steps": steps, "combine": combine, "after": finish + per_row(round_)})
+            passes.append({**loop, "init": init, "steps": steps, "post": post, "combine": combine,
+                           "after": finish + per_row(round_)})
         earlier = {i: held[i] for kept_here in keeps[:-1] for i in kept_here}
         final = element_pass(sets[-1], earlier) if element_stores else None
         if final is not None:
@@ -579,6 +590,19 @@ class _KernelEmitter:
         if 0 in needed:
             lines.append(f"const long long {names[0]} = {rest};")
         return lines, names
+
+    @staticmethod
+    def _resident_loop(slot: str, first: str, element: str, count: int, threads: int, lane: str, width: int,
+                       length: str, body: list[str]) -> list[str]:
+        """A loop over a thread's vectors of a row held in registers, `body` at each element."""
+        return ["#pragma unroll",
+                f"for (int {slot} = 0; {slot} < {count}; ++{slot}) {{",
+                f"    const long long {first} = ((long long){slot} * {threads} + {lane}) * {width};",
+                f"    if ({first} < {length}) {{",
+                "#pragma unroll",
+                f"        for (int {element} = 0; {element} < {width}; ++{element}) {{",
+                *(f"            {line}" for line in body),
+                "        }", "    }", "}"]
 
     def _row_element_coordinates(self, row: str, position: str) -> list[str]:
         """The coordinates `_coordinates` names, in a row kernel's loop: the last is the

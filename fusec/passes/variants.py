@@ -27,7 +27,7 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
-from fusec.target import (BLOCK_SIZE, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
+from fusec.target import (BLOCK_SIZE, RESIDENT_BLOCK_BYTES, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
                           WARP_ROWS_PER_BLOCK)
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
@@ -136,13 +136,17 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
         vector = {"whole_rows": True, "alignment": _alignment(kernel, w, slot_of)} if w > 1 else {}
         suffix = f"_v{w}" if w > 1 else ""
         if "resident" in ROW_STRATEGIES and w > 1:
-            count = max(1, RESIDENT_ELEMENTS // w)  # vectors a thread
-            held = count * w * kept // 4  # 32-bit registers the kept row takes a thread
-            for threads in RESIDENT_THREADS if held <= RESIDENT_REGS else ():
+            longest = 0
+            for threads in RESIDENT_THREADS:
+                count = _resident_vectors(threads, w, VECTOR_BYTES // w)
+                held = count * w * kept // 4  # 32-bit registers the kept row takes a thread
+                if held > RESIDENT_REGS or count * threads * w <= longest:
+                    continue
+                longest = count * threads * w
                 warp = threads <= 32  # a warp, or part of one (several rows a warp): shuffles alone
                 grid = RowGrid(BLOCK_SIZE // threads) if warp else RowGrid(1, threads)
                 out.append(Variant(f"{name}_r{threads}{suffix}", w, grid, regs(warp, held),
-                                   max_row=count * threads * w, row_resident=count, **vector))
+                                   max_row=longest, row_resident=count, **vector))
         if "warp" in ROW_STRATEGIES:
             out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
                                max_row=WARP_ROW_BYTES // max(varying, default=1), **vector))
@@ -153,6 +157,16 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     # then a warp a row, then the shared memory; a vector variant before its element one.
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row is None, v.max_row or 0,
                                             v.row_cache == 0, v.elements_per_thread == 1)))
+
+
+def _resident_vectors(threads: int, width: int, itemsize: int) -> int:
+    """The vectors of `width` elements a thread of `threads` keeps of its row:
+    RESIDENT_ELEMENTS, or in a block of 128 to 512 threads RESIDENT_BLOCK_BYTES
+    (more elements of a narrow type: bytes in flight a thread; 1,024 threads keep
+    to 64 registers a thread)."""
+    if 128 <= threads <= 512:
+        return max(1, RESIDENT_BLOCK_BYTES // (width * itemsize))
+    return max(1, RESIDENT_ELEMENTS // width)
 
 
 # A narrower vector (or none) is taken only where the cost model predicts it at

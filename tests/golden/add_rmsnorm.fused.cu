@@ -1542,7 +1542,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 62 registers.
+// add_rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 94 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1556,13 +1556,13 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1589,7 +1589,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1615,7 +1615,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 62 registers.
+// add_rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 94 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1629,13 +1629,13 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1662,7 +1662,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1688,7 +1688,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 62 registers.
+// add_rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 94 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1702,13 +1702,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<__nv_bfloat16, 8> residual_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1735,81 +1735,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
-        fz_vec<__nv_bfloat16, 8> h_out;
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v9 = __bfloat162float(w_v.v[k]);
-        const float v10 = (float)held[r].v[k];
-        const float v11 = v10 * v8;
-        const float v12 = (float)v9;
-        const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
-        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
-    }
-}
-// add_rmsnorm_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 62 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    const __nv_bfloat16* __restrict__ residual,
-    const __nv_bfloat16* __restrict__ w,
-    __nv_bfloat16* __restrict__ h,
-    __nv_bfloat16* __restrict__ y,
-    const float eps,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<__nv_bfloat16, 8> residual_reg[2];
-    const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = __bfloat162float(residual_reg[r].v[k]);
-        const float v2 = v0 + v1;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        const float v4 = v3 * v3;
-        const float v5 = (float)v4;
-        held[r].v[k] = v3;
-        acc = fz_sum_op()(acc, v5);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v6 = acc / length;
-    const float v7 = v6 + eps;
-    const float v8 = rsqrtf(v7);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         // coordinates of i: its row's, and its place along the row

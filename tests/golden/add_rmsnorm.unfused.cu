@@ -945,7 +945,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r64_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r128_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -958,7 +958,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r128_v8(
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -979,7 +979,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r128_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -992,7 +992,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1013,7 +1013,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1026,42 +1026,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mea
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(h_v.v[k]);
-        const float v1 = v0 * v0;
-        const float v2 = (float)v1;
-        acc = fz_sum_op()(acc, v2);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v3 = acc / length;
-    if (threadIdx.x == 0) {
-        row_mean_0[row] = v3;
-    }
-}
-// add_rmsnorm_bf16_k1_row_mean_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_bf16_k1_row_mean_r1024_v8(
-    const __nv_bfloat16* __restrict__ h,
-    float* __restrict__ row_mean_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    const float length = (float)e1;
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> h_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(h + i);

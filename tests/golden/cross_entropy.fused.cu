@@ -197,6 +197,7 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -212,10 +213,22 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
@@ -244,6 +257,7 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -259,10 +273,22 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
@@ -289,6 +315,7 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -304,10 +331,22 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -334,6 +373,7 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -349,10 +389,22 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -379,6 +431,7 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -394,10 +447,22 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -424,6 +489,7 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -439,10 +505,22 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -469,6 +547,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -484,10 +563,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -514,6 +605,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -529,10 +621,22 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
         if (col == v0) { acc_ = v2; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -959,6 +1063,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -975,10 +1080,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
@@ -1007,6 +1124,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -1023,10 +1141,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
@@ -1053,6 +1183,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -1069,10 +1200,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -1099,6 +1242,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
@@ -1115,10 +1259,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1131,7 +1287,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1145,11 +1301,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1161,10 +1318,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1177,7 +1346,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1191,11 +1360,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1207,10 +1377,22 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1223,7 +1405,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1237,11 +1419,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1253,56 +1436,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         const long long col = c + k;
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
         if (col == v0) { acc_ = v3; hits = 1; }
       }
       }
     }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const float v4 = lse - picked;
-    const float v5 = v1 ? 0.0f : v4;
-    if (threadIdx.x == 0) {
-        loss[row] = v5;
-    }
-}
-// cross_entropy_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    float acc_ = -(float)0;
-    float hits = 0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = __bfloat162float(logits_v.v[k]);
-        const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
-      }
-      }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);

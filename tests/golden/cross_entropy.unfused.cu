@@ -213,6 +213,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -224,9 +225,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -247,6 +260,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -258,9 +272,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -279,6 +305,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -290,9 +317,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -310,6 +349,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -321,9 +361,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -341,6 +393,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -352,9 +405,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -372,6 +437,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -383,9 +449,21 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -403,6 +481,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -414,9 +493,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -434,6 +525,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -445,9 +537,21 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1370,6 +1474,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1382,9 +1487,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -1405,6 +1522,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1417,9 +1535,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -1438,6 +1568,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1450,9 +1581,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -1470,6 +1613,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1482,9 +1626,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1492,7 +1648,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1502,9 +1658,10 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1514,9 +1671,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1524,7 +1693,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1534,9 +1703,10 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1546,9 +1716,21 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1556,7 +1738,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_logsumexp_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1566,9 +1748,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1578,41 +1761,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
         const long long col = c + k;
         const float v0 = __bfloat162float(logits_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
-    const float lse = fz_lse_result(acc);
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
-// cross_entropy_bf16_k1_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k1_row_logsumexp_r1024_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(logits_v.v[k]);
-        const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
-      }
-      }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1900,7 +2063,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1915,7 +2078,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
     float acc = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1938,7 +2101,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1953,7 +2116,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
     float acc = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1976,7 +2139,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1991,46 +2154,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     float acc = -(float)0;
     float hits = 0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v1 = __bfloat162float(logits_v.v[k]);
-        const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
-    if (threadIdx.x == 0) {
-        row_pick_1[row] = picked;
-    }
-}
-// cross_entropy_bf16_k2_row_pick_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_bf16_k2_row_pick_r1024_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ row_pick_1,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    const long long v0 = label[row];
-    float acc = -(float)0;
-    float hits = 0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         // coordinates of i: its row's, and its place along the row

@@ -1917,7 +1917,7 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 49 registers.
+// layernorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 65 registers.
 extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1932,13 +1932,13 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1959,7 +1959,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1980,7 +1980,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2010,7 +2010,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
+// layernorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 65 registers.
 extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2025,13 +2025,13 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2052,7 +2052,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2073,7 +2073,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2103,7 +2103,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
+// layernorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 65 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2118,13 +2118,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2145,7 +2145,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2166,101 +2166,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const float v6 = v5 + eps;
     const float v7 = rsqrtf(v6);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
-        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v8 = __bfloat162float(w_v.v[k]);
-        const float v9 = __bfloat162float(b_v.v[k]);
-        const float v10 = held_[r].v[k] * v7;
-        const float v11 = (float)v8;
-        const float v12 = v10 * v11;
-        const float v13 = (float)v9;
-        const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
-    }
-    if (threadIdx.x == 0) {
-        mean[row] = v2;
-        rstd[row] = v7;
-    }
-}
-// layernorm_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 49 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    const __nv_bfloat16* __restrict__ w,
-    const __nv_bfloat16* __restrict__ b,
-    float* __restrict__ mean,
-    float* __restrict__ rstd,
-    __nv_bfloat16* __restrict__ y,
-    const float eps,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_sum_op()(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v2 = acc / length;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v3 = held[r].v[k] - v2;
-        const float v4 = v3 * v3;
-        held_[r].v[k] = v3;
-        acc_ = fz_sum_op()(acc_, v4);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v5 = acc_ / length;
-    const float v6 = v5 + eps;
-    const float v7 = rsqrtf(v6);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         // coordinates of i: its row's, and its place along the row

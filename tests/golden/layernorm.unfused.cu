@@ -1539,7 +1539,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r64_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1552,7 +1552,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1572,7 +1572,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1585,7 +1585,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1605,7 +1605,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1618,41 +1618,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        acc = fz_sum_op()(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v2 = acc / length;
-    if (threadIdx.x == 0) {
-        mean[row] = v2;
-    }
-}
-// layernorm_bf16_k0_row_mean_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k0_row_mean_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ mean,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    const float length = (float)e1;
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
@@ -2066,7 +2033,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 45 registers.
+// layernorm_bf16_k1_row_var_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 61 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2076,12 +2043,12 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2100,7 +2067,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2119,7 +2086,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 45 registers.
+// layernorm_bf16_k1_row_var_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 61 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2129,12 +2096,12 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2153,7 +2120,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2172,7 +2139,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 45 registers.
+// layernorm_bf16_k1_row_var_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 61 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2182,12 +2149,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
-    fz_vec<float, 8> held[2];
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -2206,61 +2173,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v3 = held[r].v[k] - v2;
-        const float v4 = v3 * v3;
-        acc_ = fz_sum_op()(acc_, v4);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v5 = acc_ / length;
-    if (threadIdx.x == 0) {
-        row_var_0[row] = v5;
-    }
-}
-// layernorm_bf16_k1_row_var_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 45 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_bf16_k1_row_var_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ row_var_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    const float length = (float)e1;
-    fz_vec<float, 8> held[2];
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_sum_op()(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v2 = acc / length;
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
 #pragma unroll

@@ -185,6 +185,7 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -196,9 +197,21 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -233,6 +246,7 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -244,9 +258,21 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -279,6 +305,7 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -290,9 +317,21 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -324,6 +363,7 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -335,9 +375,21 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -369,6 +421,7 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -380,9 +433,21 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -414,6 +479,7 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -425,9 +491,21 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -459,6 +537,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -470,9 +549,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -504,6 +595,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -515,9 +607,21 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_reg[r].v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -851,6 +955,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
     const unsigned lane = threadIdx.x & 7u;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -864,9 +969,21 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -902,6 +1019,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
     const unsigned lane = threadIdx.x & 15u;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -915,9 +1033,21 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -951,6 +1081,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -964,9 +1095,21 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -999,6 +1142,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1012,9 +1156,21 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1035,7 +1191,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 39 registers.
+// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 55 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1045,11 +1201,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1060,14 +1217,26 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1083,7 +1252,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 39 registers.
+// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 55 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1093,11 +1262,12 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1108,14 +1278,26 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1131,7 +1313,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 39 registers.
+// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 55 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1141,11 +1323,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1156,63 +1339,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
         const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
         held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
-    }
-}
-// log_softmax_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 39 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    __nv_bfloat16* __restrict__ y,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        fz_lse_add(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
-    const float lse = fz_lse_result(acc);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;

@@ -160,6 +160,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -171,9 +172,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -194,6 +207,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -205,9 +219,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -226,6 +252,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -237,9 +264,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -257,6 +296,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -268,9 +308,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -288,6 +340,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -299,9 +352,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -319,6 +384,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -330,9 +396,21 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -350,6 +428,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -361,9 +440,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -381,6 +472,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -392,9 +484,21 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -671,6 +775,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -683,9 +788,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 8 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -706,6 +823,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -718,9 +836,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 16 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -739,6 +869,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -751,9 +882,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 32 + lane) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -771,6 +914,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -783,9 +927,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -793,7 +949,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -803,9 +959,10 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -815,9 +972,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -825,7 +994,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -835,9 +1004,10 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -847,9 +1017,21 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
+    }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -857,7 +1039,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_logsumexp_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -867,9 +1049,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     const long long row = blockIdx.x;
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -879,41 +1062,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
         const long long col = c + k;
         const float v0 = __bfloat162float(x_v.v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
       }
       }
     }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
-    const float lse = fz_lse_result(acc);
-    if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
-// log_softmax_bf16_k0_row_logsumexp_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_bf16_k0_row_logsumexp_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
-      }
-      }
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+        if (c < e1) {
+    #pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+                if (e == e) acc.s += e;  // NaN: equal infinities
+            }
+        }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);

@@ -1335,7 +1335,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 45 registers.
+// rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 61 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1347,11 +1347,11 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1373,7 +1373,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1397,7 +1397,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 45 registers.
+// rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 61 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1409,11 +1409,11 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1435,7 +1435,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1459,7 +1459,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 45 registers.
+// rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 61 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1471,11 +1471,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1497,70 +1497,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v6 = __bfloat162float(x_reg[r].v[k]);
-        const float v7 = __bfloat162float(w_v.v[k]);
-        const float v8 = (float)v6;
-        const float v9 = v8 * v5;
-        const float v10 = (float)v7;
-        const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
-    }
-}
-// rmsnorm_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 45 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    const __nv_bfloat16* __restrict__ w,
-    __nv_bfloat16* __restrict__ y,
-    const float eps,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    const float length = (float)e1;
-    float acc = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = v0 * v0;
-        const float v2 = (float)v1;
-        acc = fz_sum_op()(acc, v2);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v3 = acc / length;
-    const float v4 = v3 + eps;
-    const float v5 = rsqrtf(v4);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         // coordinates of i: its row's, and its place along the row

@@ -1352,7 +1352,7 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
       }
     }
 }
-// softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 44 registers.
+// softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 60 registers.
 extern "C" __global__ void softmax_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1362,12 +1362,12 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1385,7 +1385,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1401,7 +1401,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1417,7 +1417,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
       }
     }
 }
-// softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 44 registers.
+// softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 60 registers.
 extern "C" __global__ void softmax_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1427,12 +1427,12 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1450,7 +1450,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1466,7 +1466,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1482,7 +1482,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
       }
     }
 }
-// softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 44 registers.
+// softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 60 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1492,12 +1492,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
 {
     __shared__ float partial_float[32];  // one value per warp
     const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1515,7 +1515,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     acc = fz_block_combine(acc, fz_max_op(), partial_float);
     float acc_ = (float)0;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1531,73 +1531,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
-      }
-    }
-}
-// softmax_bf16_k0_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 44 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    __nv_bfloat16* __restrict__ y,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_reg[2];
-    fz_vec<float, 8> held[2];
-    fz_vec<float, 8> held_[2];
-    float acc = __int_as_float(0xff800000);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_reg[r].v[k]);
-        const float v1 = (float)v0;
-        held[r].v[k] = v1;
-        acc = fz_max_op()(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    float acc_ = (float)0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = held[r].v[k] - acc;
-        const float v3 = expf(v2);
-        held_[r].v[k] = v3;
-        acc_ = fz_sum_op()(acc_, v3);
-      }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;

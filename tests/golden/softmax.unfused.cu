@@ -1172,7 +1172,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r64_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r128_v8: one block of 128 per row, the row held in registers (2 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1184,7 +1184,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1203,7 +1203,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r256_v8: one block of 256 per row, the row held in registers (2 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1215,7 +1215,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
@@ -1234,7 +1234,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (2 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1246,39 +1246,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-      if (c < e1) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
-      }
-      }
-    }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
-    if (threadIdx.x == 0) {
-        m[row] = acc;
-    }
-}
-// softmax_bf16_k0_row_max_r1024_v8: one block of 1024 per row, the row held in registers (2 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
-extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k0_row_max_r1024_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ m,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float acc = __int_as_float(0xff800000);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const long long c = ((long long)r * 1024 + threadIdx.x) * 8;
       if (c < e1) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
