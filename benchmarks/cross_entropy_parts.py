@@ -20,8 +20,9 @@ T = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "f32"
 LOSS = f"""pipeline loss(logits: {T}[rows, vocab], label: i64[rows, 1]) -> (loss: f32[rows, 1]) {{
     loss = label == -100 ? 0.0 : row_logsumexp(logits) - row_pick(logits, label);
 }}"""
-FULL = open("examples/cross_entropy.fz").read().split("\npipeline ")[0 if T == "f32" else 1]
-FULL = FULL if FULL.startswith("pipeline") else "pipeline " + FULL
+_TEXT = open("examples/cross_entropy.fz").read()
+_START = _TEXT.index("pipeline cross_entropy" + ("(" if T == "f32" else "_bf16("))
+FULL = _TEXT[_START:_TEXT.index("\n}", _START) + 2]
 MEAN = """pipeline mean(loss: f32[rows, 1], label: i64[rows, 1]) -> (mean: f32[1]) {
     counted = label == -100 ? 0.0 : 1.0;
     mean = col_sum(loss) / col_sum(counted);
