@@ -82,17 +82,30 @@ __device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
-// within each warp by shuffles, then every thread combines the warps' results in
-// order (the same order on every thread: the result is the same everywhere).
-// `partial` holds one value per warp; it is free again when this returns.
+// within each warp by shuffles, then the warps' results by the first warp's
+// shuffles where their count is a power of two (else every thread combines them
+// in order); one order, so the result is the same everywhere. `partial` holds
+// one value per warp; it is free again when this returns.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
+    const unsigned warps = (blockDim.x + 31u) / 32u;
     v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
-    v = partial[0];
-    for (unsigned w = 1; w < (blockDim.x + 31u) / 32u; ++w) v = op(v, partial[w]);
+    if ((warps & (warps - 1u)) != 0) {
+        v = partial[0];
+        for (unsigned w = 1; w < warps; ++w) v = op(v, partial[w]);
+    } else {
+        if (threadIdx.x < 32u) {  // lanes below `warps` combine by an xor tree among themselves
+            v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+            for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+            __syncwarp();
+            if (threadIdx.x == 0u) partial[0] = v;
+        }
+        __syncthreads();
+        v = partial[0];
+    }
     __syncthreads();
     return v;
 }
@@ -976,17 +989,30 @@ __device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
     return v;
 }
 // Combines every thread's value across the block (a multiple of 32 threads):
-// within each warp by shuffles, then every thread combines the warps' results in
-// order (the same order on every thread: the result is the same everywhere).
-// `partial` holds one value per warp; it is free again when this returns.
+// within each warp by shuffles, then the warps' results by the first warp's
+// shuffles where their count is a power of two (else every thread combines them
+// in order); one order, so the result is the same everywhere. `partial` holds
+// one value per warp; it is free again when this returns.
 template <typename T, typename Op>
 __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 {
+    const unsigned warps = (blockDim.x + 31u) / 32u;
     v = fz_warp_combine(v, op);
     if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
     __syncthreads();
-    v = partial[0];
-    for (unsigned w = 1; w < (blockDim.x + 31u) / 32u; ++w) v = op(v, partial[w]);
+    if ((warps & (warps - 1u)) != 0) {
+        v = partial[0];
+        for (unsigned w = 1; w < warps; ++w) v = op(v, partial[w]);
+    } else {
+        if (threadIdx.x < 32u) {  // lanes below `warps` combine by an xor tree among themselves
+            v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+            for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+            __syncwarp();
+            if (threadIdx.x == 0u) partial[0] = v;
+        }
+        __syncthreads();
+        v = partial[0];
+    }
     __syncthreads();
     return v;
 }
