@@ -267,6 +267,8 @@ class Interpreter:
                 vals.append(load(ins.attr))
             elif ins.op == "arg":
                 vals.append(args[ins.attr])
+            elif ins.op == "position":  # the place along the last axis (row_position; never a broadcast 1)
+                vals.append(np.arange(operands[0].shape[-1], dtype=np.int64))
             elif ins.op == "cast":
                 src = body.instrs[ins.args[0]].type
                 vals.append(cast(operands[0], src, ins.type))

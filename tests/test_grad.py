@@ -28,8 +28,16 @@ def f64(text: str) -> str:
     return re.sub(r"\b(f16|bf16|f32)\b", "f64", text)
 
 
-def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positive):
-    """gradcheck of the op over random f64 inputs (`positive`: parameters kept away from 0)."""
+def labels(rows: int, length: int, seed: int = 0):
+    """Row indices into rows of `length`: inside, one ignored (-100), one past the end."""
+    values = np.random.default_rng(seed).integers(0, length, (rows, 1))
+    values[0, 0], values[-1, 0] = -100, length
+    return torch.tensor(values, dtype=torch.int64)
+
+
+def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", integers=None, **positive):
+    """gradcheck of the op over random f64 inputs (`positive`: parameters kept away from 0;
+    `integers`: the integer arrays, by name)."""
     op = fusec.torch_op(text, name=f"grad_test::op{next(_names)}", pipeline=pipeline, backend=backend)
     program = check_source(Source("t.fz", text))
     rng = np.random.default_rng(0)
@@ -39,6 +47,9 @@ def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positiv
             args.append(0.7)
             continue
         shape = tuple(shapes.get(d, d) for d in p.shape)
+        if p.type.is_int:
+            args.append(integers[p.name])
+            continue
         value = rng.standard_normal(shape)
         if p.name in positive:
             value = np.abs(value) + 0.5
@@ -48,7 +59,7 @@ def gradcheck(text: str, pipeline: str, shapes: dict, backend="numpy", **positiv
 
 
 DIFFERENTIABLE = ["scale_bias_relu", "dag", "polar", "transcendental_chain", "softmax", "log_softmax", "bf16_swiglu",
-                  "layernorm", "rmsnorm", "add_rmsnorm", "mlp"]
+                  "layernorm", "rmsnorm", "add_rmsnorm", "mlp", "cross_entropy"]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "sim"])
@@ -58,7 +69,8 @@ def test_every_differentiable_example_passes_gradcheck(example, backend):
     text = f64((ROOT / "examples" / f"{example}.fz").read_text())
     program = check_source(Source(f"{example}.fz", text))
     for pipeline in program.pipelines:
-        gradcheck(text, pipeline.name, {"n": 7, "rows": 3, "cols": 5, "tokens": 3, "hidden": 5}, backend, x=True)
+        gradcheck(text, pipeline.name, {"n": 7, "rows": 4, "cols": 5, "tokens": 3, "hidden": 5, "vocab": 6}, backend,
+                  integers={"label": labels(4, 6)}, x=True)
 
 
 BUILTIN_CASES = [
@@ -74,6 +86,23 @@ BUILTIN_CASES = [
 def test_the_derivative_of_every_builtin(expression):
     text = f64(f"pipeline p(x: f32[n], y: f32[n]) -> (z: f32[n]) {{ z = {expression}; }}")
     gradcheck(text, "p", {"n": 9}, x=True)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sim"])
+def test_row_pick_passes_its_gradient_to_the_element_it_picks(backend):
+    """Inside the row, outside it (-100, the length: no element, no gradient); the
+    backward's one-hot is `row_position(x) == j`."""
+    text = "pipeline p(x: f64[r, c], j: i64[r, 1]) -> (y: f64[r, 1]) { y = row_pick(x, j) * 3.0; }"
+    j = labels(5, 7, seed=1)
+    op = gradcheck(text, "p", {"r": 5, "c": 7}, backend, integers={"j": j})
+    x = torch.zeros((5, 7), dtype=torch.float64, requires_grad=True)
+    op(x, j).sum().backward()
+    want = torch.zeros((5, 7), dtype=torch.float64)
+    for row, at in enumerate(j[:, 0].tolist()):
+        if 0 <= at < 7:
+            want[row, at] = 3.0
+    assert torch.equal(x.grad, want)
+    assert "row_position(x) == j" in backward_source(check_source(Source("t.fz", text)), "p")
 
 
 def test_reductions_and_a_per_row_input():
@@ -128,8 +157,6 @@ def test_the_derived_pipeline_reads_as_fz():
     ("pipeline p(x: f32[n]) -> (y: f32[n]) { y = x; repeat 2 { y = y * x; } }", "differentiating a 'repeat'"),
     ("pipeline p(x: f32[a, b, c], m: f32[a, 1, c]) -> (y: f32[a, b, c]) { y = x * m; }",
      "the gradient of 'm' ([a, 1, c], read over [a, b, c])"),
-    ("pipeline p(x: f32[r, c], j: i64[r, 1]) -> (y: f32[r, 1]) { y = row_pick(x, j); }", "row_pick() is not "
-                                                                                          "differentiable yet"),
     ("pipeline p(x: i32[n]) -> (y: i32[n]) { y = x * 2; }", "no float array parameter"),
 ])
 def test_what_cannot_be_differentiated_is_a_located_error(text, fragment):

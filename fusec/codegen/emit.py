@@ -149,6 +149,9 @@ class _KernelEmitter:
         self.i = self.namer.fresh("i")
         self.decls = [p.declaration for p in launch.params]
         self.coords, self.coord_names = self._coordinates(self.i)
+        # What row_position reads in the code being emitted: the element's last
+        # coordinate (a vector's: plus its lane; a row kernel's: its column).
+        self.position = self.coord_names.get(len(self.k.extents) - 1)
 
     def _local_namer(self) -> Namer:
         """Names for one function's locals: any name but the parameters, index and coordinates."""
@@ -243,7 +246,9 @@ class _KernelEmitter:
                 loads[a.value] = load_expr(a.type, name)
         out_vec = {a.value: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in k.stores}
         declare = [f"fz_vec<{a.type.c}, {width}> {out_vec[a.value]};" for a, _ in k.stores]
+        element_position, self.position = self.position, f"({self.position} + {lane})"
         lines, refs = self._computation(loads, namer)
+        self.position = element_position
         lines = [line for line in lines if line]
         lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
         stores = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
@@ -300,6 +305,7 @@ class _KernelEmitter:
         # threads a row: a warp's, or fewer (several rows a warp), or the block's
         threads = BLOCK_SIZE // variant.grid.rows_per_block if warp else block_threads(variant, BLOCK_SIZE)
         row, col = namer.fresh("row"), namer.fresh("col")
+        element_position, self.position = self.position, col
         slot = namer.fresh("r") if resident else None  # which of the thread's kept vectors
         lane = namer.fresh("lane") if warp else None
         live = namer.fresh("live") if warp and threads < 32 else None  # the group's row exists
@@ -463,6 +469,7 @@ class _KernelEmitter:
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
+        self.position = element_position
         return {"coords": self._row_element_coordinates(row, first or col),
                 "row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
                 "resident": resident, "slot": slot, "threads": threads,
@@ -546,6 +553,9 @@ class _KernelEmitter:
         if ins.op == "load" and ins.attr in self.scalars:
             refs[idx] = self.scalars[ins.attr]
             return None
+        if ins.op == "position":
+            refs[idx] = self.position
+            return None
         if ins.op == "load":
             expr = loads[ins.attr]
         elif ins.op == "cast":
@@ -572,6 +582,8 @@ class _KernelEmitter:
             return [], {}
         m = len(self.k.extents)
         needed = {j for a in self.k.loads if not a.contiguous for j in range(m) if a.present[j]}
+        if self.k.has_position:  # row_position: the place along the last dim
+            needed.add(m - 1)
         names = {j: self.namer.fresh(f"c{j}") for j in sorted(needed)}
         lines, rest = [f"// coordinates of {i} in the collapsed space "
                        f"[{', '.join(' * '.join(map(str, e)) for e in self.k.extents)}]"], i

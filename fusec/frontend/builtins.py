@@ -48,6 +48,11 @@ ROW_REDUCTIONS: dict[str, tuple[str, int]] = {
     "row_var": ("var", 1), "row_logsumexp": ("logsumexp", 1), "row_pick": ("pick", 2),
 }
 
+# Each element's place along the last axis of its argument (an array; 0 to the
+# axis's length - 1, as i64), in pipelines only: `row_position(x) == label` picks
+# the element row_pick(x, label) picks (its gradient's one-hot).
+POSITIONS = ("row_position",)
+
 # Column reductions over the first axis (pipelines only): the result has the
 # operand's shape without its first dim, in the accumulation type. Summed in the
 # fixed order of ir.program.COLUMN_CHUNKS.

@@ -23,6 +23,7 @@ from fusec.frontend.builtins import (
     COMPARE_OPS,
     FLOAT_CONSTANTS,
     LOGIC_OPS,
+    POSITIONS,
     ROW_REDUCTIONS,
     unknown_function,
 )
@@ -84,12 +85,14 @@ class ExprChecker:
 
     def __init__(self, builder: BodyBuilder, diags: Diagnostics,
                  lookup: Callable[[str, Loc], Strong | None], stages: Mapping[str, StageFn | None],
-                 reduce: Callable[[syntax.Call], Typed] | None = None):
+                 reduce: Callable[[syntax.Call], Typed] | None = None,
+                 position: Callable[[syntax.Call], Typed] | None = None):
         self.b = builder
         self.diags = diags
         self.lookup = lookup
         self.stages = stages
         self.reduce = reduce
+        self.position = position
 
     # ---- helpers
     def error(self, loc: Loc, message: str) -> Strong:
@@ -302,6 +305,11 @@ class ExprChecker:
                 return self.error(node.loc, f"{node.func}() reduces {what} of an array: it belongs in a pipeline "
                                             "statement; a stage computes one element")
             return self.reduce(node)
+        if node.func in POSITIONS:
+            if self.position is None:
+                return self.error(node.loc, f"{node.func}() is an element's place in an array: it belongs in a "
+                                            "pipeline statement; a stage computes one element")
+            return self.position(node)
         builtin = BUILTINS.get(node.func)
         if builtin is None:
             if self.lookup(node.func, node.loc) is not None:

@@ -277,8 +277,32 @@ class PipelineChecker:
                 return POISON
             return load(slot, loc)
 
-        exprs = ExprChecker(b, self.diags, lookup, self.stages, reduce=lambda call: self._reduction(call, load))
+        def position(call: syntax.Call) -> Typed:
+            return self._position(call, exprs, loaded)
+        exprs = ExprChecker(b, self.diags, lookup, self.stages, reduce=lambda call: self._reduction(call, load),
+                            position=position)
         return b, loaded, exprs, load
+
+    def _position(self, call: syntax.Call, exprs: ExprChecker, loaded: list) -> Typed:
+        """row_position(x): each element's place along x's last axis (0 where that axis
+        is a broadcast 1), as i64; x stays an operand, its shape the statement's."""
+        what = f"{call.func}()"
+        if len(call.args) != 1:
+            return exprs.error(call.loc, f"{what} takes 1 argument, got {len(call.args)}")
+        first = len(loaded)
+        value = exprs.check(call.args[0])
+        if isinstance(value, Strong) and value.type is None:
+            return POISON
+        arrays = [s.shape for s in loaded[first:] if s.is_array]
+        if isinstance(value, Weak) or not arrays:
+            return exprs.error(call.loc, f"{what} is each element's place along the last axis of an array; "
+                                         "its argument is a scalar")
+        shape = self.dims.broadcast(arrays, call.loc)
+        if shape is None:
+            return POISON
+        if self.dims.find(shape[-1]) == 1:  # a broadcast axis of one: every place is 0
+            return exprs.emit("const", (), I64, call.loc, 0)
+        return exprs.emit("position", (value.id,), I64, call.loc)
 
     def _reduction(self, call: syntax.Call, load_result: Callable[[Slot, Loc], Strong]) -> Typed:
         """A reduction in an expression: its own statement (run before the one it is

@@ -25,8 +25,9 @@ trunc, comparisons, integer casts and the unselected side of `where`; `min`,
 `max` and `clamp` pass the gradient to the operand they return. A value read
 through a broadcast of its last dim (`[*rows, 1]` read over `[*rows, n]`)
 gets its adjoint summed over the row (`row_sum`); one read over leading dims
-(a per-column bias) summed over them (`col_sum`). Not yet: `repeat`, `inout`
-parameters, `row_pick`, and a broadcast along a middle dim: each a located error.
+(a per-column bias) summed over them (`col_sum`); `row_pick(x, j)` passes its
+adjoint to the element picked (`row_position(x) == j`). Not yet: `repeat`, `inout`
+parameters, and a broadcast along a middle dim: each a located error.
 """
 from __future__ import annotations
 
@@ -334,7 +335,8 @@ class _Backward:
         if stage.reduce:
             (seed,) = seeds.values()
             x = text(stage.body.results[0])
-            adj[stage.body.results[0]] = [self.reduction_adjoint(stage, seed, x)]
+            index = text(stage.body.results[1]) if stage.reduce == "pick" else None
+            adj[stage.body.results[0]] = [self.reduction_adjoint(stage, seed, x, index)]
         else:
             for r, name in seeds.items():
                 adj.setdefault(r, []).append(name)
@@ -412,7 +414,7 @@ class _Backward:
         shape = self.graph.value(ins.attr).shape
         return not shape or (shape[-1] == 1 and self.same_dim(stage.shape[-1]) != 1)
 
-    def reduction_adjoint(self, stage: Stage, d: str, x: str) -> str:
+    def reduction_adjoint(self, stage: Stage, d: str, x: str, index: str | None = None) -> str:
         op, result = stage.reduce, self.names[stage.outputs[0]]
         length = f"row_sum(where(isnan({x}), 1.0, 1.0))"
         if op in ("sum", "col_sum", "col_partial"):  # each element's adjoint is the sum's (broadcast back)
@@ -424,6 +426,8 @@ class _Backward:
         if op in ("max", "min"):  # shared among the elements equal to it, as torch.amax does
             hit = f"where({x} == {result}, 1.0, 0.0)"
             return f"{d} * {hit} / row_sum({hit})"
+        if op == "pick":  # to the element picked alone (none where the index is outside the row)
+            return f"where(row_position({x}) == {index}, {d}, 0.0)"
         if op == "logsumexp":  # exp(y) where y = x - logsumexp(x) is saved
             return f"{d} * exp({self.saved_exprs.get(f'({x} - {result})', f'{x} - {result}')})"
         self.error(stage.loc, f"row_{op}() is not differentiable yet")

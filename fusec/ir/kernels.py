@@ -129,5 +129,11 @@ class Kernel:
 
     @property
     def needs_coordinates(self) -> bool:
-        """Whether some operand is read along only some dims (a broadcast needing index arithmetic)."""
-        return any(a.broadcast for a in self.loads)
+        """Whether some operand is read along only some dims (a broadcast needing index
+        arithmetic), or the body takes an element's place along the last dim."""
+        return any(a.broadcast for a in self.loads) or self.has_position
+
+    @property
+    def has_position(self) -> bool:
+        """Whether the body reads an element's place along the last dim (row_position)."""
+        return any(ins.op == "position" for ins in self.body.instrs)

@@ -71,8 +71,12 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     array_loads = [v for v in loaded if graph.value(v).shape is not None]
     operand_shapes = [graph.value(v).shape for v in array_loads] + [graph.value(v).shape for v, _ in stores]
     columns = any(s.column for s in stages)
-    extents, presence = (collapse_rows if row_kernel else collapse_columns if columns else collapse)(
-        shape, operand_shapes)
+    # an element's place along the last dim (row_position) needs that dim its own extent
+    position = any(ins.op == "position" for ins in body.instrs)
+    if columns:
+        extents, presence = collapse_columns(shape, operand_shapes, keep_last=position)
+    else:
+        extents, presence = (collapse_rows if row_kernel or position else collapse)(shape, operand_shapes)
     loads = tuple(_access(graph, v, p) for v, p in zip(array_loads, presence))
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
@@ -128,12 +132,15 @@ def collapse_rows(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim,
     return lead + ((shape[-1],),), [p + (v,) for p, v in zip(lead_presence, last)]
 
 
-def collapse_columns(shape: Shape, operands: list[Shape]) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:
+def collapse_columns(shape: Shape, operands: list[Shape],
+                     keep_last: bool = False) -> tuple[tuple[tuple[Dim, ...], ...], list[tuple[bool, ...]]]:
     """As `collapse`, with the first dim (a column reduction's) always its own extent,
-    even a literal 1, and the others collapsed (none: one column). A column kernel's
-    store (its sums, not of this shape) is the emitter's to place."""
+    even a literal 1, and the others collapsed (none: one column; with `keep_last`,
+    the last dim its own extent too). A column kernel's store (its sums, not of this
+    shape) is the emitter's to place."""
     rank = len(shape)
-    rest, rest_presence = collapse(shape[1:], [op[-(rank - 1):] if len(op) >= rank else op for op in operands])
+    rest_operands = [op[-(rank - 1):] if len(op) >= rank else op for op in operands]
+    rest, rest_presence = (collapse_rows if keep_last and rank > 1 else collapse)(shape[1:], rest_operands)
     first = [len(op) == rank and op[0] != 1 for op in operands]
     return ((shape[0],),) + rest, [(v,) + p for v, p in zip(first, rest_presence)]
 

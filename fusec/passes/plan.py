@@ -95,6 +95,8 @@ def _check_multi_tensor(graph: StageGraph, kernels: list[Kernel], steps: tuple) 
     pipeline = graph.pipeline
     if any(k.rows or k.columns for k in kernels):
         raise PlanError(f"foreach needs an elementwise pipeline; {pipeline} has a reduction")
+    if any(k.has_position for k in kernels):  # each set's own rows: not one place along a dim
+        raise PlanError(f"foreach needs an elementwise pipeline of values alone; {pipeline} reads row_position")
     if len(kernels) != 1 or steps != (0,) or graph.loops:
         raise PlanError(f"foreach needs a pipeline that fuses into one kernel; {pipeline} has "
                         f"{len(kernels)} kernels (or a repeat)")
