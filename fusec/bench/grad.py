@@ -7,11 +7,12 @@ the step's minimum traffic (the forward's parameters read and outputs
 written, then the backward's parameters read and gradients written), torch
 eager (the peer generated from the IR, then `torch.autograd.grad`),
 torch.compile of that forward with AOTAutograd's backward, and Liger where it
-has a kernel for the pipeline (RMSNorm, LayerNorm, SwiGLU; Triton, so on CUDA
-only). Each variant's gradients are checked before it is timed, against torch
-autograd's (the NumPy reference of the derived backward where PyTorch is
-missing or cannot express the pipeline); one that differs is not timed and
-its row says why.
+has a kernel for the pipeline whose backward is Liger's too (RMSNorm, LayerNorm
+of y alone, softmax, SwiGLU, residual add + RMSNorm; Triton, so on CUDA only;
+the mapping, shared with `fusec bench`, is fusec.bench.liger's). Each variant's
+gradients are checked before it is timed, against torch autograd's (the NumPy
+reference of the derived backward where PyTorch is missing or cannot express
+the pipeline); one that differs is not timed and its row says why.
 
 On the cuda backend the arrays are CuPy's and the time per call is measured
 with CUDA events, as `fusec bench` does; on the sim and numpy backends (the
@@ -19,7 +20,6 @@ CPU: small sizes, what CI runs) they are NumPy's and the time is the host's.
 """
 from __future__ import annotations
 
-import re
 import statistics
 import time
 
@@ -37,6 +37,7 @@ from fusec.bench.harness import (
     minimum_bytes,
     time_gpu,
 )
+from fusec.bench.liger import liger_peer
 from fusec.bench.peers import TorchOps, Unsupported, check_supported, peer_function
 from fusec.frontend.grad import backward_program
 from fusec.ir.program import Program
@@ -238,18 +239,10 @@ class GradBench:
         return peers
 
     def _liger(self, torch) -> Variant:
-        import importlib.util
-        if importlib.util.find_spec("liger_kernel") is None:
-            return Variant(note="skipped: Liger is not installed")
-        kernel = liger_kernel_for(self.pipeline)
-        if kernel is None:
-            return Variant(note="skipped: Liger has no kernel for this pipeline")
-        if self.device.backend != "cuda":
-            return Variant(note="skipped: Liger's Triton kernels run on CUDA only")
-        try:
-            return Variant(TorchStep(torch, self.device, kernel(), self.pipeline))
-        except ImportError as exc:
-            return Variant(note=f"skipped: {exc}")
+        function, note = liger_peer(self.program, self.name, self.device.backend, grad=True)
+        if function is None:
+            return Variant(note=note)
+        return Variant(TorchStep(torch, self.device, function, self.pipeline), note)
 
     # ---- the arguments of a step
     def arguments(self, size: int, seed: int) -> tuple[dict, list, list]:
@@ -356,46 +349,3 @@ def _failed(exc: Exception) -> str:
 
 def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a else b
-
-
-# ---- Liger: its kernels for the pipelines it has one for
-
-def _liger_rms_norm():
-    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-
-    def rms_norm(x, w, eps):
-        try:  # newer Liger: (X, W, eps, offset, casting_mode, in_place); in place would overwrite the seed
-            return LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
-        except TypeError:
-            return LigerRMSNormFunction.apply(x, w, eps)
-    return rms_norm
-
-
-def _liger_layer_norm():
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    return lambda x, w, b, eps: LigerLayerNormFunction.apply(x, w, b, eps)
-
-
-def _liger_swiglu():
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-    return lambda gate, up: LigerSiLUMulFunction.apply(gate, up)
-
-
-# name pattern -> (the parameters: "a" an array, "s" a scalar), the kernel's maker. Liger's
-# kernels return one tensor; the check catches a pipeline of the name that computes something else.
-LIGER_KERNELS = [
-    (r"rms_?norm", "aas", _liger_rms_norm),
-    (r"layer_?norm", "aaas", _liger_layer_norm),
-    (r"swiglu", "aa", _liger_swiglu),
-]
-
-
-def liger_kernel_for(pipeline):
-    """The maker of Liger's function for this pipeline (None: Liger has no such kernel)."""
-    layout = "".join("a" if p.is_array else "s" for p in pipeline.params)
-    if len(pipeline.outputs) != 1:
-        return None
-    for pattern, params, maker in LIGER_KERNELS:
-        if re.search(pattern, pipeline.name) and layout == params and not re.search(r"add_", pipeline.name):
-            return maker
-    return None

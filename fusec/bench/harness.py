@@ -4,7 +4,14 @@ For each size it first checks fusec's result against the NumPy reference (on
 fresh random data; at the large sizes, fused against unfused on the device),
 then times, in one run: a 16-byte copy of the pipeline's minimum traffic (the
 limit), fusec fused and unfused, torch eager, torch.compile and cupy.fuse
-(each generated from the IR; a missing peer is listed as skipped). Time per
+(each generated from the IR; a missing peer is listed as skipped), and Liger
+where it has a kernel for the pipeline (RMSNorm, LayerNorm, softmax, SwiGLU,
+residual add + RMSNorm, cross-entropy: fusec.bench.liger matches the pipeline
+by its parameters and what it computes, not its name). Each peer's outputs are
+checked before anything is timed: against fusec fused's on the same call
+(itself checked against unfused there, and the reference at the check size),
+and Liger's first against the NumPy reference on at most 2^20 elements in rows
+of the same length; a peer that differs is not timed and its row says why. Time per
 call is the median of 5 repetitions of a back-to-back loop timed with CUDA
 events (PERF.md's method), so at small sizes it is the host's dispatch rate.
 """
@@ -18,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from fusec.bench.liger import liger_peer
 from fusec.bench.peers import TorchOps, Unsupported, XpOps, check_supported, peer_function
 from fusec.errors import Source
 from fusec.frontend import check_source
@@ -25,6 +33,7 @@ from fusec.ir.program import Program
 from fusec.jit import JitOptions, JitPipeline
 from fusec.passes.lower import lower
 from fusec.reference import run as reference
+from fusec.types import BF16
 
 FLOATS = ("f16", "bf16", "f32", "f64")
 # The innermost dim of a 2-D pipeline in the benchmark (a transformer's hidden size).
@@ -32,6 +41,10 @@ INNER = 4096
 # One repetition of the timing loop runs at least this long (seconds).
 REP_SECONDS = 0.02
 REPS = 5
+# Liger's outputs are checked against the reference on at most this many elements (rows of the timed length).
+CHECK_ELEMENTS = 2 ** 20
+# Peers that take torch tensors (the others take CuPy arrays).
+TORCH_PEERS = ("torch eager", "torch.compile", "Liger")
 
 
 @dataclass
@@ -176,13 +189,13 @@ class Bench:
         peers = {}
         try:
             import torch
+            self._torch = torch
             ops = TorchOps(torch)
             check_supported(graph, ops)
             eager = peer_function(graph, ops, params)
             peers["torch eager"] = (lambda args: eager(*args), "")
             compiled = torch.compile(eager)
             peers["torch.compile"] = (lambda args: compiled(*args), "")
-            self._torch = torch
         except ImportError:
             peers["torch eager"] = peers["torch.compile"] = (None, "skipped: PyTorch is not installed")
         except Unsupported as why:
@@ -199,6 +212,11 @@ class Bench:
             peers["cupy.fuse"] = (lambda args: fused(*args), "out of place")
         except Unsupported as why:
             peers["cupy.fuse"] = (None, f"skipped: {why}")
+        if hasattr(self, "_torch"):
+            liger, note = liger_peer(self.program, self.name, "cuda")
+            peers["Liger"] = (None if liger is None else lambda args: liger(*args), note)
+        else:
+            peers["Liger"] = (None, "skipped: Liger needs PyTorch")
         return peers
 
     def _torch_args(self, args):
@@ -227,6 +245,11 @@ class Bench:
         unfused_out = self.unfused(*[a.copy() if isinstance(a, cp.ndarray) else a for a in args])
         for a, b in zip(_tuple(fused_out), _tuple(unfused_out)):
             _assert_close(a.get(), b.get(), f"{self.name}: fused and unfused differ at n={size}")
+        # Each peer's outputs checked before anything is timed (a peer that differs is not timed).
+        notes = {}
+        for name, (fn, note) in self.peers.items():
+            why = None if fn is None else self._check_peer(name, fn, size, args, fused_out)
+            notes[name] = note if why is None else f"{note}; {why}" if note else why
         nbytes = self.minimum_bytes(dims)
         words = max(1, nbytes // 32)  # float4s read (and as many written): the same bytes moved
         src, dst = cp.empty(words * 4, cp.float32), cp.empty(words * 4, cp.float32)
@@ -237,13 +260,11 @@ class Bench:
         times["fusec unfused"] = time_gpu(cp, lambda: self.unfused(*args))
         for label, pipeline in self.graphs.items():
             times[label] = time_gpu(cp, lambda: pipeline(*args))
-        notes = {}
         for name, (fn, note) in self.peers.items():
-            notes[name] = note
-            if fn is None:
-                times[name] = None
+            times[name] = None
+            if fn is None or notes[name] != note:  # skipped, or its check found it wrong or failing
                 continue
-            peer_args = self._torch_args(args) if name.startswith("torch") else args
+            peer_args = self._torch_args(args) if name in TORCH_PEERS else args
             try:
                 times[name] = time_gpu(cp, lambda: fn(peer_args))
             except Exception as exc:  # a peer failing is recorded, not fatal
@@ -257,6 +278,31 @@ class Bench:
                 row.speedup_vs_unfused = times["fusec unfused"] / us
             rows.append(row)
         return rows
+
+    def _check_peer(self, name: str, fn, size: int, args: list, fused_out) -> str | None:
+        """Why peer `name` is not timed (None: its outputs agree), on copies of the arguments.
+        Liger's first against the reference on at most CHECK_ELEMENTS (its mapping is matched, not
+        generated from the IR), then every peer's against fusec fused's on the timed call."""
+        cp = self.cp
+        try:
+            if name == "Liger":
+                dims = dims_for(self.pipeline, min(size, CHECK_ELEMENTS), self.row_length)
+                small = make_args(cp, self.pipeline, dims, seed=size + 2)
+                got = self._peer_outputs(name, fn, small)
+                expected = _tuple(reference(self.program, self.name, *[_host(a) for a in small]))
+                why = outputs_mismatch(self.pipeline, got, expected, "the reference's")
+                if why is not None:
+                    return f"not timed: {why}"
+            why = outputs_mismatch(self.pipeline, self._peer_outputs(name, fn, args), _tuple(fused_out), "fusec fused's")
+            return None if why is None else f"not timed: {why}"
+        except Exception as exc:  # a peer failing is recorded, not fatal
+            return f"failed: {type(exc).__name__}: {str(exc)[:80]}"
+
+    def _peer_outputs(self, name: str, fn, args: list) -> tuple:
+        """The pipeline's outputs as peer `name` gives them (cupy.fuse's out-of-place inout values left out)."""
+        args = [a.copy() if isinstance(a, self.cp.ndarray) else a for a in args]
+        result = fn(self._torch_args(args) if name in TORCH_PEERS else args)
+        return _tuple(result)[:len(self.pipeline.outputs)]
 
     def minimum_bytes(self, dims: dict[str, int]) -> int:
         return minimum_bytes(self.pipeline, dims)
@@ -301,6 +347,50 @@ class Bench:
 
 def _tuple(x):
     return x if isinstance(x, tuple) else (x,) if x is not None else ()
+
+
+def outputs_mismatch(pipeline, got: tuple, expected: tuple, source: str) -> str | None:
+    """Why a peer's outputs (torch tensors, CuPy or NumPy arrays) differ from the expected
+    ones (None: they agree, at the tolerance of the narrowest float of the pair and the
+    pipeline's float parameters: a peer may keep an f32 result of bf16 inputs in bf16, as
+    Liger's cross-entropy keeps its losses in the logits' type)."""
+    widths = [p.type.itemsize for p in pipeline.params if p.type.is_float and p.shape is not None]
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, {source} {len(expected)}"
+    for slot, actual, want in zip(pipeline.outputs, got, expected):
+        a, e = _host(actual), _host(want)
+        if a.shape != e.shape:
+            return f"output {slot.name} has shape {a.shape}, {source} {e.shape}"
+        if a.dtype.kind in "biu" or e.dtype.kind in "biu":
+            if not np.array_equal(a, e):
+                return f"output {slot.name} differs from {source}"
+            continue
+        tol = {2: 2e-2, 4: 1e-4, 8: 1e-9}[min(_itemsize(actual), _itemsize(want), *widths, 8)]
+        a, e = a.astype(np.float64), e.astype(np.float64)
+        if not np.allclose(a, e, rtol=tol, atol=tol, equal_nan=True):
+            worst = float(np.nanmax(np.abs(a - e))) if a.size else 0.0
+            return f"output {slot.name} differs from {source} (max |diff| {worst:.3g}, tolerance {tol:.3g})"
+    return None
+
+
+def _host(a):
+    """A torch tensor (floats as f64), CuPy or NumPy array as NumPy on the host (CuPy's bf16 as
+    ml_dtypes' bfloat16); a scalar as it is."""
+    if hasattr(a, "detach"):  # torch
+        a = a.detach()
+        return (a.double() if a.is_floating_point() else a).cpu().numpy()
+    if not hasattr(a, "dtype"):
+        return a
+    if hasattr(a, "get"):  # CuPy
+        a = a.get()
+    a = np.asarray(a)
+    return a.view(BF16.numpy_dtype) if a.dtype.kind == "V" else a
+
+
+def _itemsize(a) -> int:
+    if hasattr(a, "element_size"):  # torch
+        return a.element_size()
+    return np.dtype(a.dtype).itemsize if hasattr(a, "dtype") else 8
 
 
 def _assert_close(actual, expected, message: str) -> None:
