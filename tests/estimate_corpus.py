@@ -365,7 +365,9 @@ def functions(family: str, launch: KernelLaunch) -> list[Function]:
         if getattr(variant.grid, "rows_per_block", 1) > 1:  # a row kernel's warp-per-row variant
             shape = replace(shape, warp=True)
         form = "scalar" if shape == VariantShape() else FORM_NAMES[type(launch.form)] + ("-warp" if shape.warp else "")
-        out.append(Function(family, form, variant.name, launch.kernel, shape, estimate_kernel(launch.kernel, shape)))
+        # a row held in registers: the plan's own estimate (its registers depend on the row's passes)
+        estimate = variant.est_regs if variant.row_resident else estimate_kernel(launch.kernel, shape)
+        out.append(Function(family, form, variant.name, launch.kernel, shape, estimate))
     return out
 
 

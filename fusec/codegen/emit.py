@@ -15,7 +15,7 @@ import jinja2
 from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import ROW_REDUCTIONS, Access, row_schedule
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, row_passes, row_schedule
 from fusec.ir.program import COLUMN_OPS
 from fusec.ir.launch import (
     WORK_ITEM,
@@ -63,47 +63,6 @@ def emit_module(interface: LaunchInterface, source_name: str) -> str:
     return environment().get_template("module.cu.j2").render(
         source=source_name, pipeline=interface.pipeline, form="fused" if interface.fused else "unfused",
         kernels=kernels, helpers=helpers, includes=includes, fast_math=interface.fast_math)
-
-
-# A resident row keeps a value a later pass needs again where it holds at most
-# this many (each takes a register per element the thread holds).
-HELD_VALUES = 2
-
-
-def _held_values(body, sets: list, roots: list) -> tuple[list, list]:
-    """For a row held in registers, the values computed in one pass that a later
-    pass would compute again, kept in registers instead: in each later pass,
-    those its new computation reads (or stores, or reduces) directly. Returns
-    each pass's values to compute (reading the kept ones, not what they came
-    from) and the values each pass keeps."""
-    first: dict[int, int] = {}  # value -> the pass that first computes it
-    held: set[int] = set()
-    keeps: list[list[int]] = [[] for _ in sets]
-    effective = []
-
-    def closure(needed, root) -> set[int]:
-        keep, stack = set(), [i for i in root if i in needed]
-        while stack:
-            i = stack.pop()
-            if i not in keep:
-                keep.add(i)
-                if i not in held:
-                    stack.extend(a for a in body[i].args if a in needed)
-        return keep
-
-    for q, (needed, root) in enumerate(zip(sets, roots)):
-        computing = closure(needed, root)
-        again = {i for i in computing if i in first and i not in held and body[i].op not in ("load", "const")}
-        frontier = sorted(i for i in again if i in root or any(i in body[j].args for j in computing - again))
-        if frontier and len(held) + len(frontier) <= HELD_VALUES:
-            for i in frontier:
-                held.add(i)
-                keeps[first[i]].append(i)
-            computing = closure(needed, root)
-        effective.append(frozenset(computing))
-        for i in computing:
-            first.setdefault(i, q)
-    return effective, [tuple(k) for k in keeps]
 
 
 class Refs(dict):
@@ -390,13 +349,11 @@ class _KernelEmitter:
         scope += per_row(0)
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
         rounds = range(1, schedule.reductions + 1)
-        sets = [schedule.passes[r - 1] for r in rounds] + [schedule.passes[-1]] * bool(element_stores)
-        roots = [[a for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == r
-                  for a in ins.args] for r in rounds] + [[at for _, at in element_stores]] * bool(element_stores)
+        sets, roots = row_passes(k)
         held: dict[int, str] = {}  # value -> the registers a resident row keeps it in
         keeps: list[tuple[int, ...]] = [()] * len(sets)
         if resident:
-            sets, keeps = _held_values(body, sets, roots)
+            sets, keeps = held_values(body, sets, roots)
             for idx in (i for kept_here in keeps for i in kept_here):
                 held[idx] = namer.fresh("held")
                 scope.append(f"fz_vec<{body[idx].type.compute.c}, {width}> {held[idx]}[{resident}];")
@@ -470,7 +427,10 @@ class _KernelEmitter:
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         self.position = element_position
-        return {"coords": self._row_element_coordinates(row, first or col),
+        # A row held in registers reads its place along the row; the others keep the
+        # division (ptxas unrolls their loops further without it: 42 -> 54 registers
+        # for add_rmsnorm_bf16's warp kernel, unmeasured on the GPU).
+        return {"coords": self._row_element_coordinates(row, first or col) if resident else self.coords,
                 "row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
                 "resident": resident, "slot": slot, "threads": threads,
                 # a block larger than any function can launch: ptxas to fit its registers to it

@@ -78,6 +78,58 @@ def row_schedule(kernel: "Kernel") -> RowSchedule:
     return RowSchedule(tuple(per_element), tuple(rounds), tuple(cone(r) for r in roots if r))
 
 
+# A resident row keeps a value a later pass needs again where it holds at most
+# this many (each takes a register per element the thread holds).
+HELD_VALUES = 2
+
+
+def held_values(body, sets: list, roots: list) -> tuple[list, list]:
+    """For a row held in registers, the values computed in one pass that a later
+    pass would compute again, kept in registers instead: in each later pass,
+    those its new computation reads (or stores, or reduces) directly. Returns
+    each pass's values to compute (reading the kept ones, not what they came
+    from) and the values each pass keeps."""
+    first: dict[int, int] = {}  # value -> the pass that first computes it
+    held: set[int] = set()
+    keeps: list[list[int]] = [[] for _ in sets]
+    effective = []
+
+    def closure(needed, root) -> set[int]:
+        keep, stack = set(), [i for i in root if i in needed]
+        while stack:
+            i = stack.pop()
+            if i not in keep:
+                keep.add(i)
+                if i not in held:
+                    stack.extend(a for a in body[i].args if a in needed)
+        return keep
+
+    for q, (needed, root) in enumerate(zip(sets, roots)):
+        computing = closure(needed, root)
+        again = {i for i in computing if i in first and i not in held and body[i].op not in ("load", "const")}
+        frontier = sorted(i for i in again if i in root or any(i in body[j].args for j in computing - again))
+        if frontier and len(held) + len(frontier) <= HELD_VALUES:
+            for i in frontier:
+                held.add(i)
+                keeps[first[i]].append(i)
+            computing = closure(needed, root)
+        effective.append(frozenset(computing))
+        for i in computing:
+            first.setdefault(i, q)
+    return effective, [tuple(k) for k in keeps]
+
+def row_passes(kernel: "Kernel") -> tuple[list, list]:
+    """A row kernel's passes: the per-element values each computes, and the values
+    each reduces or stores (what `held_values` takes)."""
+    body, schedule = kernel.body.instrs, row_schedule(kernel)
+    element_stores = [at for a, at in kernel.stores if a.present[-1]]
+    rounds = range(1, schedule.reductions + 1)
+    sets = [schedule.passes[r - 1] for r in rounds] + [schedule.passes[-1]] * bool(element_stores)
+    roots = [[a for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == r
+              for a in ins.args] for r in rounds] + [element_stores] * bool(element_stores)
+    return sets, roots
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """A load or store of one value by a kernel.

@@ -69,7 +69,7 @@ class VariantShape:
     columns: bool = False  # a column kernel (with rows: its loop over rows, unrolled by ptxas)
     warp: bool = False  # a row kernel's warp-per-row variant (with rows)
     column_finish: bool = False  # a column kernel's finish (one run of rows: the partial sums)
-    resident: int = 0  # a row kernel holding its row in registers: the 32-bit registers the row takes
+    resident: int = 0  # a row kernel holding its row in registers: the 32-bit registers its elements take
 
 
     def __post_init__(self):
@@ -149,6 +149,10 @@ LOOP_REGS = 7
 # the shuffles' partners; and each reduction's accumulator (pick: two). Fitted
 # to ptxas on the examples' row kernels (tests/test_estimate_nvcc.py).
 ROW_REGS = 7
+# A row held in registers (VariantShape.resident: the registers its elements
+# take, passes.variants): the loops' indices, the row's and lane's, the
+# accumulators' combining; fitted on the examples' 214 resident functions.
+RESIDENT_BASE_REGS = 14
 ROW_ACCUMULATOR_REGS = 1
 # The multi-tensor form: the work item (set, start, vector end, end: 64-bit
 # each) and its loops' indices, and per array of the set its 64-bit pointer,
@@ -236,6 +240,8 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
         overhead += WARP_ROW_REGS
     if variant.grid_stride:
         overhead += LOOP_REGS if variant.loop else GRID_STRIDE_REGS
+    if variant.rows and variant.resident:  # the row held: its registers, beside a few for the loops
+        return _registers(RESIDENT_BASE_REGS + stores + ROW_ACCUMULATOR_REGS * accumulators + variant.resident)
     if variant.rows:  # a vector a thread a pass: its registers, the body computed an element at a time
         vector = ROW_VECTOR_REGS if variant.elements > 1 else 0
         return _registers(overhead + vector + variant.resident + max(floor, plan.walk(1, 1)))

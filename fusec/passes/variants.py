@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from fusec.ir.kernels import Kernel, row_schedule
+from fusec.ir.kernels import Kernel, held_values, row_passes, row_schedule
 from fusec.ir.launch import (
     ColumnGrid,
     ColumnReduce,
@@ -139,13 +139,17 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
             longest = 0
             for threads in RESIDENT_THREADS:
                 count = _resident_vectors(threads, w, VECTOR_BYTES // w)
-                held = count * w * kept // 4  # 32-bit registers the kept row takes a thread
+                held = count * w * kept // 4  # 32-bit registers the kept row takes a thread, at most
                 if held > RESIDENT_REGS or count * threads * w <= longest:
                     continue
                 longest = count * threads * w
                 warp = threads <= 32  # a warp, or part of one (several rows a warp): shuffles alone
                 grid = RowGrid(BLOCK_SIZE // threads) if warp else RowGrid(1, threads)
-                out.append(Variant(f"{name}_r{threads}{suffix}", w, grid, regs(warp, held),
+                # a block of 512 may take 128 registers a thread (__launch_bounds__(512, 1)):
+                # ptxas then keeps about 8 more (measured on the examples)
+                roomy = RESIDENT_ROOMY_REGS if threads == 512 else 0
+                out.append(Variant(f"{name}_r{threads}{suffix}", w, grid,
+                                   regs(warp, _resident_registers(kernel, cached, count * w) + roomy),
                                    max_row=longest, row_resident=count, **vector))
         if "warp" in ROW_STRATEGIES:
             out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
@@ -157,6 +161,50 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     # then a warp a row, then the shared memory; a vector variant before its element one.
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row is None, v.max_row or 0,
                                             v.row_cache == 0, v.elements_per_thread == 1)))
+
+
+# A row held in registers: the registers its elements take, per element a thread
+# holds, for each value live in a pass (calibrated on the examples' resident
+# functions, tests/estimate_corpus.py): a value computed and kept between passes,
+# one; an array kept, its bytes / 4 (bf16 stays packed), a log-sum-exp's input
+# one (converted); a load of an array read once, half of that (ptxas does not keep them all);
+# in a later pass, beside what the thread holds, the first such array half a
+# register, the others one.
+RESIDENT_ONCE = 0.5
+RESIDENT_ROOMY_REGS = 8
+
+
+def _resident_registers(kernel: Kernel, cached: list, elements: int) -> int:
+    """The registers a thread's `elements` of its row take at the busiest pass:
+    the arrays read again (kept), the values kept between passes, and the arrays
+    read once in that pass; a log-sum-exp keeps its inputs whole."""
+    body = kernel.body.instrs
+    sets, roots = row_passes(kernel)
+    effective, keeps = held_values(body, sets, roots)
+    kept = {a.value for a in cached}
+    lse_inputs = {ins.args[0] for ins in body if ins.op == "row_lse"}
+    peak = 0.0
+    for p, values in enumerate(effective):
+        read = {body[i].attr for i in values if body[i].op == "load"}
+        # a log-sum-exp keeps its inputs converted to its accumulation type (through a cast)
+        inputs = {body[i].args[0] if body[i].op == "cast" else i for i in lse_inputs & set(roots[p])}
+        whole = {body[i].attr for i in inputs if body[i].op == "load"}
+        live = float(sum(1 for q in range(p) for i in keeps[q] if i in values))
+        once = 0
+        for a in kernel.loads:
+            if not a.present[-1] or a.value not in read:
+                continue
+            if a.value in whole:
+                live += max(1.0, a.type.itemsize / 4)
+            elif a.value in kept:
+                live += a.type.itemsize / 4
+            elif p > 0:  # read once beside what the thread holds: converted, all but the first whole
+                live += RESIDENT_ONCE if once == 0 else 1.0
+                once += 1
+            else:
+                live += RESIDENT_ONCE * a.type.itemsize / 4
+        peak = max(peak, live)
+    return round(elements * peak)
 
 
 def _resident_vectors(threads: int, width: int, itemsize: int) -> int:

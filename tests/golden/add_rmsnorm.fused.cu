@@ -132,8 +132,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         const float v1 = residual[i];
@@ -147,8 +147,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp(
     const float v6 = rsqrtf(v5);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v7 = x[i];
         const float v8 = residual[i];
@@ -181,8 +181,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = (x_row[col] = x[i]);
         const float v1 = (residual_row[col] = residual[i]);
@@ -196,8 +196,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
     const float v6 = rsqrtf(v5);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v7 = x_row[col];
         const float v8 = residual_row[col];
@@ -227,8 +227,8 @@ extern "C" __global__ void add_rmsnorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         const float v1 = residual[i];
@@ -242,8 +242,8 @@ extern "C" __global__ void add_rmsnorm_k0(
     const float v6 = rsqrtf(v5);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v7 = x[i];
         const float v8 = residual[i];
@@ -255,7 +255,7 @@ extern "C" __global__ void add_rmsnorm_k0(
         y[i] = v12;
     }
 }
-// add_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 72 registers.
+// add_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r8_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -326,7 +326,7 @@ extern "C" __global__ void add_rmsnorm_k0_r8_v4(
       }
     }
 }
-// add_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 72 registers.
+// add_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r16_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -397,7 +397,7 @@ extern "C" __global__ void add_rmsnorm_k0_r16_v4(
       }
     }
 }
-// add_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
+// add_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r32_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -466,7 +466,7 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
       }
     }
 }
-// add_rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 62 registers.
+// add_rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r64_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -534,7 +534,7 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
       }
     }
 }
-// add_rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 62 registers.
+// add_rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r128_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -602,7 +602,7 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
       }
     }
 }
-// add_rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 62 registers.
+// add_rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void add_rmsnorm_k0_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -670,7 +670,7 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
       }
     }
 }
-// add_rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 62 registers.
+// add_rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -738,7 +738,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
       }
     }
 }
-// add_rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 62 registers.
+// add_rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 49 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -825,8 +825,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -845,8 +845,8 @@ extern "C" __global__ void add_rmsnorm_k0_warp_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
@@ -889,8 +889,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -909,8 +909,8 @@ extern "C" __global__ void add_rmsnorm_k0_cached_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
         fz_vec<float, 4> y_out;
@@ -948,8 +948,8 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
 #pragma unroll
@@ -968,8 +968,8 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     const float v6 = rsqrtf(v5);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
@@ -1128,8 +1128,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = __bfloat162float(residual[i]);
@@ -1145,8 +1145,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     const float v8 = rsqrtf(v7);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = __bfloat162float(x[i]);
         const float v10 = __bfloat162float(residual[i]);
@@ -1183,8 +1183,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = __bfloat162float((residual_row[col] = residual[i]));
@@ -1200,8 +1200,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = __bfloat162float(x_row[col]);
         const float v10 = __bfloat162float(residual_row[col]);
@@ -1235,8 +1235,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = __bfloat162float(residual[i]);
@@ -1252,8 +1252,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = __bfloat162float(x[i]);
         const float v10 = __bfloat162float(residual[i]);
@@ -1269,7 +1269,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
         y[i] = __float2bfloat16_rn(v18);
     }
 }
-// add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 72 registers.
+// add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 41 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1345,7 +1345,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 72 registers.
+// add_rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 41 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1421,7 +1421,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
+// add_rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 41 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1495,7 +1495,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 62 registers.
+// add_rmsnorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 41 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1568,7 +1568,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 94 registers.
+// add_rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 65 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1641,7 +1641,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 94 registers.
+// add_rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 65 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1714,7 +1714,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 94 registers.
+// add_rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 73 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1806,8 +1806,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1828,8 +1828,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
@@ -1876,8 +1876,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1898,8 +1898,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> h_out;
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1941,8 +1941,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
 #pragma unroll
@@ -1963,8 +1963,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> residual_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);

@@ -213,7 +213,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// add_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r8_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -249,7 +249,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// add_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r16_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -285,7 +285,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r16_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// add_rmsnorm_k1_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r32_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -319,7 +319,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r32_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// add_rmsnorm_k1_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r64_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -352,7 +352,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r64_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// add_rmsnorm_k1_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r128_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -385,7 +385,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r128_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// add_rmsnorm_k1_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -418,7 +418,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// add_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k1_row_mean_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -451,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k1_row_mean_r51
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// add_rmsnorm_k1_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k1_row_mean_r1024_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -828,7 +828,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// add_rmsnorm_bf16_k1_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -865,7 +865,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r8_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// add_rmsnorm_bf16_k1_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -902,7 +902,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r16_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// add_rmsnorm_bf16_k1_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 20 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r32_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -937,7 +937,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r32_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 20 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r64_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -971,7 +971,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r64_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r128_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1005,7 +1005,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r128_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1039,7 +1039,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,

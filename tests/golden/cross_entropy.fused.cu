@@ -139,8 +139,8 @@ extern "C" __global__ void cross_entropy_k0_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
@@ -176,8 +176,8 @@ extern "C" __global__ void cross_entropy_k0(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
@@ -194,7 +194,7 @@ extern "C" __global__ void cross_entropy_k0(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 38 registers.
+// cross_entropy_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r8_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -254,7 +254,7 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 38 registers.
+// cross_entropy_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r16_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -314,7 +314,7 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 38 registers.
+// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r32_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -372,7 +372,7 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 28 registers.
+// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r64_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -430,7 +430,7 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 28 registers.
+// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r128_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -488,7 +488,7 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
+// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_k0_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -546,7 +546,7 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
+// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 43 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -604,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
+// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 35 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -681,8 +681,8 @@ extern "C" __global__ void cross_entropy_k0_warp_v4(
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -722,8 +722,8 @@ extern "C" __global__ void cross_entropy_k0_v4(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1016,8 +1016,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
@@ -1054,8 +1054,8 @@ extern "C" __global__ void cross_entropy_bf16_k0(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
@@ -1073,7 +1073,7 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 38 registers.
+// cross_entropy_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1134,7 +1134,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 38 registers.
+// cross_entropy_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1195,7 +1195,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 38 registers.
+// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1254,7 +1254,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 35 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1313,7 +1313,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 51 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1372,7 +1372,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 51 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1431,7 +1431,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 28 registers.
+// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 59 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1509,8 +1509,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1551,8 +1551,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {

@@ -213,7 +213,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+// cross_entropy_k1_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -260,7 +260,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+// cross_entropy_k1_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -307,7 +307,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
+// cross_entropy_k1_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -352,7 +352,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
+// cross_entropy_k1_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -396,7 +396,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
+// cross_entropy_k1_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -440,7 +440,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// cross_entropy_k1_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -484,7 +484,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// cross_entropy_k1_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsumexp_r512_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -528,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
+// cross_entropy_k1_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsumexp_r1024_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -647,8 +647,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
@@ -676,8 +676,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
         if (col == v0) { acc = v1; hits = 1; }
@@ -689,7 +689,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -729,7 +729,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -769,7 +769,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+// cross_entropy_k2_row_pick_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -918,7 +918,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1009,8 +1009,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
     float hits = 0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1042,8 +1042,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1487,7 +1487,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1535,7 +1535,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1583,7 +1583,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1629,7 +1629,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1674,7 +1674,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1719,7 +1719,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1764,7 +1764,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_logsumexp_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1886,8 +1886,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
@@ -1916,8 +1916,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
@@ -1930,7 +1930,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1971,7 +1971,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2012,7 +2012,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+// cross_entropy_bf16_k2_row_pick_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2051,7 +2051,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2165,7 +2165,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2220,8 +2220,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
     float hits = 0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2254,8 +2254,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c0 = row;
+        // coordinates of i in the collapsed space [rows, vocab]
+        const long long c0 = fz_quot(i, e1);
         const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {

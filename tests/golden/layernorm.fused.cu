@@ -133,8 +133,8 @@ extern "C" __global__ void layernorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
@@ -144,8 +144,8 @@ extern "C" __global__ void layernorm_k0_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v2 = x[i];
         const float v3 = v2 - v1;
@@ -158,8 +158,8 @@ extern "C" __global__ void layernorm_k0_warp(
     const float v7 = rsqrtf(v6);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v8 = x[i];
         const float v9 = w[c1];
@@ -196,8 +196,8 @@ extern "C" __global__ void layernorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = (x_row[col] = x[i]);
         acc = fz_sum_op()(acc, v0);
@@ -207,8 +207,8 @@ extern "C" __global__ void layernorm_k0_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v2 = x_row[col];
         const float v3 = v2 - v1;
@@ -221,8 +221,8 @@ extern "C" __global__ void layernorm_k0_cached(
     const float v7 = rsqrtf(v6);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v8 = x_row[col];
         const float v9 = w[c1];
@@ -257,8 +257,8 @@ extern "C" __global__ void layernorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         acc = fz_sum_op()(acc, v0);
@@ -268,8 +268,8 @@ extern "C" __global__ void layernorm_k0(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v2 = x[i];
         const float v3 = v2 - v1;
@@ -282,8 +282,8 @@ extern "C" __global__ void layernorm_k0(
     const float v7 = rsqrtf(v6);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v8 = x[i];
         const float v9 = w[c1];
@@ -570,7 +570,7 @@ extern "C" __global__ void layernorm_k0_r32_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 49 registers.
+// layernorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 59 registers.
 extern "C" __global__ void layernorm_k0_r64_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -658,7 +658,7 @@ extern "C" __global__ void layernorm_k0_r64_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 49 registers.
+// layernorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 59 registers.
 extern "C" __global__ void layernorm_k0_r128_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -746,7 +746,7 @@ extern "C" __global__ void layernorm_k0_r128_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
+// layernorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 59 registers.
 extern "C" __global__ void layernorm_k0_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -834,7 +834,7 @@ extern "C" __global__ void layernorm_k0_r256_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
+// layernorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 67 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -922,7 +922,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 49 registers.
+// layernorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 59 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -1030,8 +1030,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1045,8 +1045,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     float acc_ = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1063,8 +1063,8 @@ extern "C" __global__ void layernorm_k0_warp_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
@@ -1109,8 +1109,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1124,8 +1124,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
@@ -1141,8 +1141,8 @@ extern "C" __global__ void layernorm_k0_cached_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         fz_vec<float, 4> y_out;
@@ -1184,8 +1184,8 @@ extern "C" __global__ void layernorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1199,8 +1199,8 @@ extern "C" __global__ void layernorm_k0_v4(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -1217,8 +1217,8 @@ extern "C" __global__ void layernorm_k0_v4(
     const float v7 = rsqrtf(v6);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
@@ -1380,8 +1380,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
@@ -1392,8 +1392,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     float acc_ = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
@@ -1407,8 +1407,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     const float v9 = rsqrtf(v8);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v10 = __bfloat162float(x[i]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1449,8 +1449,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = (float)v0;
@@ -1461,8 +1461,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v3 = __bfloat162float(x_row[col]);
         const float v4 = (float)v3;
@@ -1476,8 +1476,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
     const float v9 = rsqrtf(v8);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v10 = __bfloat162float(x_row[col]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1516,8 +1516,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = (float)v0;
@@ -1528,8 +1528,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     float acc_ = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v3 = __bfloat162float(x[i]);
         const float v4 = (float)v3;
@@ -1543,8 +1543,8 @@ extern "C" __global__ void layernorm_bf16_k0(
     const float v9 = rsqrtf(v8);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v10 = __bfloat162float(x[i]);
         const float v11 = __bfloat162float(w[c1]);
@@ -1850,7 +1850,7 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 49 registers.
+// layernorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 59 registers.
 extern "C" __global__ void layernorm_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1943,7 +1943,7 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 65 registers.
+// layernorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 99 registers.
 extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2036,7 +2036,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 65 registers.
+// layernorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 99 registers.
 extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2129,7 +2129,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 65 registers.
+// layernorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 107 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2242,8 +2242,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2258,8 +2258,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     float acc_ = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2277,8 +2277,8 @@ extern "C" __global__ void layernorm_bf16_k0_warp_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
@@ -2327,8 +2327,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2343,8 +2343,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
@@ -2361,8 +2361,8 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -2408,8 +2408,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2424,8 +2424,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     float acc_ = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -2443,8 +2443,8 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     const float v9 = rsqrtf(v8);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);

@@ -162,7 +162,7 @@ extern "C" __global__ void layernorm_k0_row_mean(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// layernorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -197,7 +197,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// layernorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -232,7 +232,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r16_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// layernorm_k0_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -265,7 +265,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r32_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// layernorm_k0_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -297,7 +297,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r64_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// layernorm_k0_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -329,7 +329,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r128_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// layernorm_k0_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -361,7 +361,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r256_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// layernorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -393,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_r512_
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// layernorm_k0_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -593,7 +593,7 @@ extern "C" __global__ void layernorm_k1_row_var(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+// layernorm_k1_row_var_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -647,7 +647,7 @@ extern "C" __global__ void layernorm_k1_row_var_r8_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+// layernorm_k1_row_var_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -701,7 +701,7 @@ extern "C" __global__ void layernorm_k1_row_var_r16_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
+// layernorm_k1_row_var_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -753,7 +753,7 @@ extern "C" __global__ void layernorm_k1_row_var_r32_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 45 registers.
+// layernorm_k1_row_var_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -804,7 +804,7 @@ extern "C" __global__ void layernorm_k1_row_var_r64_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 45 registers.
+// layernorm_k1_row_var_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -855,7 +855,7 @@ extern "C" __global__ void layernorm_k1_row_var_r128_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 45 registers.
+// layernorm_k1_row_var_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_k1_row_var_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -906,7 +906,7 @@ extern "C" __global__ void layernorm_k1_row_var_r256_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 45 registers.
+// layernorm_k1_row_var_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -957,7 +957,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_r512_v
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 45 registers.
+// layernorm_k1_row_var_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1426,7 +1426,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// layernorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1462,7 +1462,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// layernorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1498,7 +1498,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r16_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// layernorm_bf16_k0_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 20 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1532,7 +1532,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r32_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 20 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1565,7 +1565,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r64_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1598,7 +1598,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1631,7 +1631,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1840,7 +1840,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
         row_var_0[row] = v7;
     }
 }
-// layernorm_bf16_k1_row_var_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+// layernorm_bf16_k1_row_var_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1896,7 +1896,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+// layernorm_bf16_k1_row_var_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1952,7 +1952,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r16_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
+// layernorm_bf16_k1_row_var_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2006,7 +2006,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 45 registers.
+// layernorm_bf16_k1_row_var_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2059,7 +2059,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 61 registers.
+// layernorm_bf16_k1_row_var_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2112,7 +2112,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 61 registers.
+// layernorm_bf16_k1_row_var_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2165,7 +2165,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 61 registers.
+// layernorm_bf16_k1_row_var_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,

@@ -184,7 +184,7 @@ extern "C" __global__ void log_softmax_k0(
         y[i] = v2;
     }
 }
-// log_softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
+// log_softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -245,7 +245,7 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
       }
     }
 }
-// log_softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
+// log_softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -306,7 +306,7 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
       }
     }
 }
-// log_softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
+// log_softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -365,7 +365,7 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
       }
     }
 }
-// log_softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 39 registers.
+// log_softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -423,7 +423,7 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
       }
     }
 }
-// log_softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 39 registers.
+// log_softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -481,7 +481,7 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
       }
     }
 }
-// log_softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 39 registers.
+// log_softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -539,7 +539,7 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
       }
     }
 }
-// log_softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 39 registers.
+// log_softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -597,7 +597,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
       }
     }
 }
-// log_softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 39 registers.
+// log_softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -966,7 +966,7 @@ extern "C" __global__ void log_softmax_bf16_k0(
         y[i] = __float2bfloat16_rn(v5);
     }
 }
-// log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
+// log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1030,7 +1030,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
+// log_softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1094,7 +1094,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 49 registers.
+// log_softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1156,7 +1156,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 39 registers.
+// log_softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1217,7 +1217,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 55 registers.
+// log_softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1278,7 +1278,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 55 registers.
+// log_softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1339,7 +1339,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 55 registers.
+// log_softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,

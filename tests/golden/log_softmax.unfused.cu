@@ -160,7 +160,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+// log_softmax_k0_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -207,7 +207,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+// log_softmax_k0_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -254,7 +254,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
+// log_softmax_k0_row_logsumexp_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -299,7 +299,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
+// log_softmax_k0_row_logsumexp_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -343,7 +343,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 22 registers.
+// log_softmax_k0_row_logsumexp_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -387,7 +387,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// log_softmax_k0_row_logsumexp_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -431,7 +431,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// log_softmax_k0_row_logsumexp_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumexp_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -475,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
+// log_softmax_k0_row_logsumexp_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsumexp_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -788,7 +788,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+// log_softmax_bf16_k0_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -836,7 +836,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+// log_softmax_bf16_k0_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -884,7 +884,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
+// log_softmax_bf16_k0_row_logsumexp_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -930,7 +930,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -975,7 +975,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1020,7 +1020,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1065,7 +1065,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 22 registers.
+// log_softmax_bf16_k0_row_logsumexp_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_logsumexp_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,

@@ -366,8 +366,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = d[i];
         const float v1 = b[c1];
@@ -383,8 +383,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_warp(
     const float v8 = rsqrtf(v7);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = d[i];
         const float v10 = b[c1];
@@ -420,8 +420,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = (d_row[col] = d[i]);
         const float v1 = b[c1];
@@ -437,8 +437,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_cached(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = d_row[col];
         const float v10 = b[c1];
@@ -471,8 +471,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = d[i];
         const float v1 = b[c1];
@@ -488,8 +488,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0(
     const float v8 = rsqrtf(v7);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v9 = d[i];
         const float v10 = b[c1];
@@ -503,7 +503,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0(
         y[i] = v16;
     }
 }
-// bias_residual_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r8_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -578,7 +578,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r8_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r16_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -653,7 +653,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r16_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r32_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -726,7 +726,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r32_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 62 registers.
+// bias_residual_rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r64_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -798,7 +798,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r64_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 62 registers.
+// bias_residual_rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r128_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -870,7 +870,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r128_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 62 registers.
+// bias_residual_rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 57 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r256_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -942,7 +942,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r256_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 62 registers.
+// bias_residual_rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 65 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k0_r512_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -1014,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k0_r5
       }
     }
 }
-// bias_residual_rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 62 registers.
+// bias_residual_rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) bias_residual_rmsnorm_k0_r1024_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -1106,8 +1106,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> d_v = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
@@ -1129,8 +1129,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_warp_v4(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> d_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
         const fz_vec<float, 4> b_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
@@ -1177,8 +1177,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> d_v = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
@@ -1200,8 +1200,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_cached_v4(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> b_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> h_out;
@@ -1243,8 +1243,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> d_v = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
         const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> residual_v = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
@@ -1266,8 +1266,8 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_v4(
     const float v8 = rsqrtf(v7);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> d_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
         const fz_vec<float, 4> b_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
         const fz_vec<float, 4> residual_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);

@@ -545,7 +545,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// bias_residual_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r8_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -581,7 +581,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// bias_residual_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r16_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -617,7 +617,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r16_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// bias_residual_rmsnorm_k1_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r32_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -651,7 +651,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r32_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// bias_residual_rmsnorm_k1_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r64_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -684,7 +684,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r64_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// bias_residual_rmsnorm_k1_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r128_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -717,7 +717,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r128_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// bias_residual_rmsnorm_k1_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -750,7 +750,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// bias_residual_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k1_row_mean_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -783,7 +783,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k1_ro
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// bias_residual_rmsnorm_k1_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) bias_residual_rmsnorm_k1_row_mean_r1024_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,

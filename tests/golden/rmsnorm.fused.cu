@@ -130,8 +130,8 @@ extern "C" __global__ void rmsnorm_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         const float v1 = v0 * v0;
@@ -143,8 +143,8 @@ extern "C" __global__ void rmsnorm_k0_warp(
     const float v4 = rsqrtf(v3);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v5 = x[i];
         const float v6 = w[c1];
@@ -171,8 +171,8 @@ extern "C" __global__ void rmsnorm_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = (x_row[col] = x[i]);
         const float v1 = v0 * v0;
@@ -184,8 +184,8 @@ extern "C" __global__ void rmsnorm_k0_cached(
     const float v4 = rsqrtf(v3);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v5 = x_row[col];
         const float v6 = w[c1];
@@ -210,8 +210,8 @@ extern "C" __global__ void rmsnorm_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = x[i];
         const float v1 = v0 * v0;
@@ -223,8 +223,8 @@ extern "C" __global__ void rmsnorm_k0(
     const float v4 = rsqrtf(v3);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v5 = x[i];
         const float v6 = w[c1];
@@ -233,7 +233,7 @@ extern "C" __global__ void rmsnorm_k0(
         y[i] = v8;
     }
 }
-// rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+// rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r8_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -294,7 +294,7 @@ extern "C" __global__ void rmsnorm_k0_r8_v4(
       }
     }
 }
-// rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+// rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r16_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -355,7 +355,7 @@ extern "C" __global__ void rmsnorm_k0_r16_v4(
       }
     }
 }
-// rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
+// rmsnorm_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r32_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -414,7 +414,7 @@ extern "C" __global__ void rmsnorm_k0_r32_v4(
       }
     }
 }
-// rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 45 registers.
+// rmsnorm_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r64_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -472,7 +472,7 @@ extern "C" __global__ void rmsnorm_k0_r64_v4(
       }
     }
 }
-// rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 45 registers.
+// rmsnorm_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r128_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -530,7 +530,7 @@ extern "C" __global__ void rmsnorm_k0_r128_v4(
       }
     }
 }
-// rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 45 registers.
+// rmsnorm_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 40 registers.
 extern "C" __global__ void rmsnorm_k0_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -588,7 +588,7 @@ extern "C" __global__ void rmsnorm_k0_r256_v4(
       }
     }
 }
-// rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 45 registers.
+// rmsnorm_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 48 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_r512_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -646,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_r512_v4(
       }
     }
 }
-// rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 45 registers.
+// rmsnorm_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 40 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -721,8 +721,8 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
     float acc = (float)0;
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -738,8 +738,8 @@ extern "C" __global__ void rmsnorm_k0_warp_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
@@ -773,8 +773,8 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -790,8 +790,8 @@ extern "C" __global__ void rmsnorm_k0_cached_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
 #pragma unroll
@@ -822,8 +822,8 @@ extern "C" __global__ void rmsnorm_k0_v4(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -839,8 +839,8 @@ extern "C" __global__ void rmsnorm_k0_v4(
     const float v4 = rsqrtf(v3);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
         const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
         fz_vec<float, 4> y_out;
@@ -991,8 +991,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
     float acc = (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = v0 * v0;
@@ -1005,8 +1005,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
     const float v5 = rsqrtf(v4);
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v6 = __bfloat162float(x[i]);
         const float v7 = __bfloat162float(w[c1]);
@@ -1036,8 +1036,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float((x_row[col] = x[i]));
         const float v1 = v0 * v0;
@@ -1050,8 +1050,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
     const float v5 = rsqrtf(v4);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v6 = __bfloat162float(x_row[col]);
         const float v7 = __bfloat162float(w[c1]);
@@ -1079,8 +1079,8 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v0 = __bfloat162float(x[i]);
         const float v1 = v0 * v0;
@@ -1093,8 +1093,8 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     const float v5 = rsqrtf(v4);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = col;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
 
         const float v6 = __bfloat162float(x[i]);
         const float v7 = __bfloat162float(w[c1]);
@@ -1106,7 +1106,7 @@ extern "C" __global__ void rmsnorm_bf16_k0(
         y[i] = __float2bfloat16_rn(v12);
     }
 }
-// rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 55 registers.
+// rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1171,7 +1171,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 55 registers.
+// rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1236,7 +1236,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 55 registers.
+// rmsnorm_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 32 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1299,7 +1299,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 45 registers.
+// rmsnorm_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 32 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1361,7 +1361,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 61 registers.
+// rmsnorm_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 48 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1423,7 +1423,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 61 registers.
+// rmsnorm_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 48 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1485,7 +1485,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 61 registers.
+// rmsnorm_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 56 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1564,8 +1564,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
     float acc = (float)0;
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1582,8 +1582,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
@@ -1620,8 +1620,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1638,8 +1638,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
@@ -1673,8 +1673,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -1691,8 +1691,8 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     const float v5 = rsqrtf(v4);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
-        // coordinates of i: its row's, and its place along the row
-        const long long c1 = c;
+        // coordinates of i in the collapsed space [rows, cols]
+        const long long c1 = fz_rem(i, e1);
         const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;

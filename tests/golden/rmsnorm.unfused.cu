@@ -164,7 +164,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// rmsnorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -200,7 +200,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// rmsnorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -236,7 +236,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r16_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// rmsnorm_k0_row_mean_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -270,7 +270,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r32_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// rmsnorm_k0_row_mean_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -303,7 +303,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r64_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 27 registers.
+// rmsnorm_k0_row_mean_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -336,7 +336,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r128_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// rmsnorm_k0_row_mean_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -369,7 +369,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// rmsnorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_row_mean_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -402,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_row_mean_r512_v4
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// rmsnorm_k0_row_mean_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_row_mean_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -727,7 +727,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
+// rmsnorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -764,7 +764,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r8_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
+// rmsnorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -801,7 +801,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r16_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 37 registers.
+// rmsnorm_bf16_k0_row_mean_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 20 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -836,7 +836,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r32_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 27 registers.
+// rmsnorm_bf16_k0_row_mean_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 20 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -870,7 +870,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r64_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 27 registers.
+// rmsnorm_bf16_k0_row_mean_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -904,7 +904,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r128_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 27 registers.
+// rmsnorm_bf16_k0_row_mean_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -938,7 +938,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r256_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 27 registers.
+// rmsnorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,

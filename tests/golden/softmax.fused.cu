@@ -217,7 +217,7 @@ extern "C" __global__ void softmax_k0(
         y[i] = v7;
     }
 }
-// softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 54 registers.
+// softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -282,7 +282,7 @@ extern "C" __global__ void softmax_k0_r8_v4(
       }
     }
 }
-// softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 54 registers.
+// softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -347,7 +347,7 @@ extern "C" __global__ void softmax_k0_r16_v4(
       }
     }
 }
-// softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 54 registers.
+// softmax_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -410,7 +410,7 @@ extern "C" __global__ void softmax_k0_r32_v4(
       }
     }
 }
-// softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 44 registers.
+// softmax_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -472,7 +472,7 @@ extern "C" __global__ void softmax_k0_r64_v4(
       }
     }
 }
-// softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 44 registers.
+// softmax_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -534,7 +534,7 @@ extern "C" __global__ void softmax_k0_r128_v4(
       }
     }
 }
-// softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 44 registers.
+// softmax_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void softmax_k0_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -596,7 +596,7 @@ extern "C" __global__ void softmax_k0_r256_v4(
       }
     }
 }
-// softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 44 registers.
+// softmax_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -658,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
       }
     }
 }
-// softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 44 registers.
+// softmax_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -1111,7 +1111,7 @@ extern "C" __global__ void softmax_bf16_k0(
         y[i] = __float2bfloat16_rn(v11);
     }
 }
-// softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 54 registers.
+// softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void softmax_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1179,7 +1179,7 @@ extern "C" __global__ void softmax_bf16_k0_r8_v8(
       }
     }
 }
-// softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 54 registers.
+// softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void softmax_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1247,7 +1247,7 @@ extern "C" __global__ void softmax_bf16_k0_r16_v8(
       }
     }
 }
-// softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 54 registers.
+// softmax_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void softmax_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1313,7 +1313,7 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
       }
     }
 }
-// softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 44 registers.
+// softmax_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void softmax_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1378,7 +1378,7 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
       }
     }
 }
-// softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 60 registers.
+// softmax_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void softmax_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1443,7 +1443,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
       }
     }
 }
-// softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 60 registers.
+// softmax_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void softmax_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1508,7 +1508,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
       }
     }
 }
-// softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 60 registers.
+// softmax_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,

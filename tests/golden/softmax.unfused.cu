@@ -158,7 +158,7 @@ extern "C" __global__ void softmax_k0_row_max(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 31 registers.
+// softmax_k0_row_max_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -191,7 +191,7 @@ extern "C" __global__ void softmax_k0_row_max_r8_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 31 registers.
+// softmax_k0_row_max_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -224,7 +224,7 @@ extern "C" __global__ void softmax_k0_row_max_r16_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+// softmax_k0_row_max_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r32_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -255,7 +255,7 @@ extern "C" __global__ void softmax_k0_row_max_r32_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+// softmax_k0_row_max_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r64_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -285,7 +285,7 @@ extern "C" __global__ void softmax_k0_row_max_r64_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+// softmax_k0_row_max_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r128_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -315,7 +315,7 @@ extern "C" __global__ void softmax_k0_row_max_r128_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+// softmax_k0_row_max_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k0_row_max_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -345,7 +345,7 @@ extern "C" __global__ void softmax_k0_row_max_r256_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+// softmax_k0_row_max_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -375,7 +375,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_r512_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+// softmax_k0_row_max_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -555,7 +555,7 @@ extern "C" __global__ void softmax_k2_row_sum(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 31 registers.
+// softmax_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r8_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -588,7 +588,7 @@ extern "C" __global__ void softmax_k2_row_sum_r8_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 31 registers.
+// softmax_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r16_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -621,7 +621,7 @@ extern "C" __global__ void softmax_k2_row_sum_r16_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+// softmax_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r32_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -652,7 +652,7 @@ extern "C" __global__ void softmax_k2_row_sum_r32_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+// softmax_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r64_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -682,7 +682,7 @@ extern "C" __global__ void softmax_k2_row_sum_r64_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+// softmax_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r128_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -712,7 +712,7 @@ extern "C" __global__ void softmax_k2_row_sum_r128_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+// softmax_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void softmax_k2_row_sum_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -742,7 +742,7 @@ extern "C" __global__ void softmax_k2_row_sum_r256_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+// softmax_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -772,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_r512_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+// softmax_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1067,7 +1067,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 31 registers.
+// softmax_bf16_k0_row_max_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1101,7 +1101,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r8_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 31 registers.
+// softmax_bf16_k0_row_max_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1135,7 +1135,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r16_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+// softmax_bf16_k0_row_max_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 20 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r32_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1167,7 +1167,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r32_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 20 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r64_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1198,7 +1198,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r64_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1229,7 +1229,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1260,7 +1260,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1445,7 +1445,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 31 registers.
+// softmax_bf16_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r8_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1478,7 +1478,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r8_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 31 registers.
+// softmax_bf16_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r16_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1511,7 +1511,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r16_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 31 registers.
+// softmax_bf16_k2_row_sum_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r32_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1542,7 +1542,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r32_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+// softmax_bf16_k2_row_sum_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r64_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1572,7 +1572,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r64_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 21 registers.
+// softmax_bf16_k2_row_sum_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r128_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1602,7 +1602,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r128_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 21 registers.
+// softmax_bf16_k2_row_sum_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1632,7 +1632,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r256_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 21 registers.
+// softmax_bf16_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1662,7 +1662,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_r51
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 21 registers.
+// softmax_bf16_k2_row_sum_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1024_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
