@@ -249,12 +249,7 @@ def run_bench(args) -> int:
             print(bench.format_rows(rows[-len(runner.peers) - 3 - len(runner.graphs):]), flush=True)
         if args.dispatch:
             rows += runner.dispatch()
-    print()
-    print(bench.format_rows(rows))
-    if args.json:
-        _write("--json", args.json, lambda path: path.write_text(json.dumps(bench.to_json(rows), indent=1) + "\n"))
-    if args.plot:
-        _write("--plot", args.plot, lambda path: bench.plot(rows, str(path)))
+    _bench_results(args, rows)
     return 0
 
 
@@ -282,13 +277,19 @@ def _run_bench_grad(args, program: Program, names: list[str]) -> int:
             found = runner.run(size)
             rows += found
             print(bench.format_rows(found), flush=True)
+    _bench_results(args, rows)
+    return EXIT_OK
+
+
+def _bench_results(args, rows: list) -> None:
+    """The whole table of a `fusec bench` run, and its --json and --plot files."""
+    from fusec.bench import harness as bench
     print()
     print(bench.format_rows(rows))
     if args.json:
         _write("--json", args.json, lambda path: path.write_text(json.dumps(bench.to_json(rows), indent=1) + "\n"))
     if args.plot:
         _write("--plot", args.plot, lambda path: bench.plot(rows, str(path)))
-    return EXIT_OK
 
 
 # ---- fusec cache
