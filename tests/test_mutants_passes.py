@@ -184,10 +184,10 @@ def test_the_registers_ptxas_reported_hold_for_every_row_variant():
     launch = launch_of(text)
     assert isinstance(launch.form, RowBlock)
     by_width = {w: [v for v in launch.variants if v.elements_per_thread == w and not v.row_resident] for w in (4, 1)}
-    for w, (warp, cached, plain) in by_width.items():
-        assert cached.row_cache == 4 and cached.est_regs == plain.est_regs != 77
-        assert warp.est_regs > plain.est_regs and warp.grid.rows_per_block == 8
-    assert by_width[4][2].est_regs > by_width[1][2].est_regs  # a vector a thread holds more
+    warp, cached, plain = by_width[1]  # one element a thread (a 4-wide vector's rows are held in registers)
+    assert cached.row_cache == 4 and cached.est_regs == plain.est_regs != 77
+    assert warp.est_regs > plain.est_regs and warp.grid.rows_per_block == 8
+    assert by_width[4][-1].est_regs > plain.est_regs  # a vector a thread holds more
     observed = plan_variants(launch.kernel, launch.form, {"x": 0, "y": 1}.__getitem__, observed={1: 77})
     assert [(v.elements_per_thread, v.est_regs) for v in observed if v.elements_per_thread == 1] == [(1, 77)] * 3
     assert all(v.est_regs != 77 for v in observed if v.elements_per_thread == 4)  # keyed by its width

@@ -27,7 +27,7 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
-from fusec.target import (BLOCK_SIZE, RESIDENT_BLOCK_BYTES, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
+from fusec.target import (BLOCK_SIZE, RESIDENT_BLOCK_BYTES, ROW_CACHE_BYTES, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
                           WARP_ROWS_PER_BLOCK)
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
@@ -151,10 +151,14 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 out.append(Variant(f"{name}_r{threads}{suffix}", w, grid,
                                    regs(warp, _resident_registers(kernel, cached, count * w) + roomy),
                                    max_row=longest, row_resident=count, **vector))
-        if "warp" in ROW_STRATEGIES:
+        # Rows held in registers up to `longest` elements: a variant with the same needs
+        # (whole vectors, aligned) that takes no longer rows would never run.
+        held_up_to = longest if "resident" in ROW_STRATEGIES and w > 1 else 0
+        warp_max = WARP_ROW_BYTES // max(varying, default=1)
+        if "warp" in ROW_STRATEGIES and warp_max > held_up_to:
             out.append(Variant(f"{name}_warp{suffix}", w, RowGrid(WARP_ROWS_PER_BLOCK), regs(True),
-                               max_row=WARP_ROW_BYTES // max(varying, default=1), **vector))
-        if cached:  # the plain variant's code with some loads from shared memory
+                               max_row=warp_max, **vector))
+        if cached and ROW_CACHE_BYTES // cache > held_up_to:  # the plain variant's code, loads kept in shared memory
             out.append(Variant(f"{name}_cached{suffix}", w, RowGrid(), regs(False), row_cache=cache, **vector))
         out.append(Variant(f"{name}{suffix}", w, RowGrid(), regs(False), **vector))
     # The runtime takes the first whose needs hold: the registers' shortest rows first,

@@ -662,47 +662,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 38 registers.
-extern "C" __global__ void cross_entropy_k0_warp_v4(
-    const float* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v2 = logits_v.v[k];
-        fz_lse_add(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const float v3 = lse - picked;
-    const float v4 = v1 ? 0.0f : v3;
-    if (lane == 0) {
-        loss[row] = v4;
-    }
-}
 // cross_entropy_k0_v4: one block per row; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_v4(
     const float* __restrict__ logits,
@@ -1487,48 +1446,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
-        loss[row] = v5;
-    }
-}
-// cross_entropy_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 38 registers.
-extern "C" __global__ void cross_entropy_bf16_k0_warp_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ loss,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const long long v0 = label[row];
-    const bool v1 = v0 == (-100LL);
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    float acc_ = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = __bfloat162float(logits_v.v[k]);
-        const float v3 = (float)v2;
-        fz_lse_add(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
-    const float v4 = lse - picked;
-    const float v5 = v1 ? 0.0f : v4;
-    if (lane == 0) {
         loss[row] = v5;
     }
 }

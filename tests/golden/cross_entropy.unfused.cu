@@ -572,34 +572,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
-extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp_v4(
-    const float* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = logits_v.v[k];
-        fz_lse_add(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    if (lane == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
 // cross_entropy_k1_row_logsumexp_v4: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const float* __restrict__ logits,
@@ -989,40 +961,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float picked = hits != (float)0 ? acc : (float)0;
     if (threadIdx.x == 0) {
-        row_pick_1[row] = picked;
-    }
-}
-// cross_entropy_k2_row_pick_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 35 registers.
-extern "C" __global__ void cross_entropy_k2_row_pick_warp_v4(
-    const float* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ row_pick_1,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const long long v0 = label[row];
-    float acc = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
-    if (lane == 0) {
         row_pick_1[row] = picked;
     }
 }
@@ -1809,35 +1747,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 32 registers.
-extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(logits_v.v[k]);
-        const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    if (lane == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
 // cross_entropy_bf16_k1_row_logsumexp_v8: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const __nv_bfloat16* __restrict__ logits,
@@ -2200,41 +2109,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float picked = hits != (float)0 ? acc : (float)0;
     if (threadIdx.x == 0) {
-        row_pick_1[row] = picked;
-    }
-}
-// cross_entropy_bf16_k2_row_pick_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 35 registers.
-extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp_v8(
-    const __nv_bfloat16* __restrict__ logits,
-    const long long* __restrict__ label,
-    float* __restrict__ row_pick_1,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const long long v0 = label[row];
-    float acc = -(float)0;
-    float hits = 0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, vocab]
-        const long long c0 = fz_quot(i, e1);
-        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v1 = __bfloat162float(logits_v.v[k]);
-        const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
-    if (lane == 0) {
         row_pick_1[row] = picked;
     }
 }

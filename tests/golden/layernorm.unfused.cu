@@ -425,35 +425,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r102
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
-extern "C" __global__ void layernorm_k0_row_mean_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ mean,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        acc = fz_sum_op()(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v1 = acc / length;
-    if (lane == 0) {
-        mean[row] = v1;
-    }
-}
 // layernorm_k0_row_mean_v4: one block per row; estimated 27 registers.
 extern "C" __global__ void layernorm_k0_row_mean_v4(
     const float* __restrict__ x,
@@ -1000,94 +971,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024
         const float v4 = v3 * v3;
         acc_ = fz_sum_op()(acc_, v4);
       }
-      }
-    }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v5 = acc_ / length;
-    if (threadIdx.x == 0) {
-        row_var_0[row] = v5;
-    }
-}
-// layernorm_k1_row_var_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 39 registers.
-extern "C" __global__ void layernorm_k1_row_var_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ row_var_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        acc = fz_sum_op()(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v1 = acc / length;
-    float acc_ = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v2 = x_v_.v[k];
-        const float v3 = v2 - v1;
-        const float v4 = v3 * v3;
-        acc_ = fz_sum_op()(acc_, v4);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v5 = acc_ / length;
-    if (lane == 0) {
-        row_var_0[row] = v5;
-    }
-}
-// layernorm_k1_row_var_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
-extern "C" __global__ void layernorm_k1_row_var_cached_v4(
-    const float* __restrict__ x,
-    float* __restrict__ row_var_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = (x_row[col] = x_v.v[k]);
-        acc = fz_sum_op()(acc, v0);
-      }
-    }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float v1 = acc / length;
-    float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v2 = x_row[col];
-        const float v3 = v2 - v1;
-        const float v4 = v3 * v3;
-        acc_ = fz_sum_op()(acc_, v4);
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1664,36 +1547,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 37 registers.
-extern "C" __global__ void layernorm_bf16_k0_row_mean_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ mean,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        acc = fz_sum_op()(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v2 = acc / length;
-    if (lane == 0) {
-        mean[row] = v2;
-    }
-}
 // layernorm_bf16_k0_row_mean_v8: one block per row; estimated 27 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -2216,52 +2069,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
     const float v5 = acc_ / length;
     if (threadIdx.x == 0) {
         row_var_0[row] = v5;
-    }
-}
-// layernorm_bf16_k1_row_var_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 39 registers.
-extern "C" __global__ void layernorm_bf16_k1_row_var_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ row_var_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        acc = fz_sum_op()(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v2 = acc / length;
-    float acc_ = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v3 = __bfloat162float(x_v_.v[k]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
-      }
-    }
-    acc_ = fz_warp_combine(acc_, fz_sum_op());
-    const float v7 = acc_ / length;
-    if (lane == 0) {
-        row_var_0[row] = v7;
     }
 }
 // layernorm_bf16_k1_row_var_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.

@@ -655,82 +655,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       }
     }
 }
-// log_softmax_k0_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 33 registers.
-extern "C" __global__ void log_softmax_k0_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ y,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v_ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-        fz_vec<float, 4> y_out;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v1 = x_v_.v[k];
-        const float v2 = v1 - lse;
-        y_out.v[k] = v2;
-      }
-        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-    }
-}
-// log_softmax_k0_cached_v4: one block per row, its inputs kept in shared memory between passes; estimated 23 registers.
-extern "C" __global__ void log_softmax_k0_cached_v4(
-    const float* __restrict__ x,
-    float* __restrict__ y,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
-    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    float* x_row = reinterpret_cast<float*>(fz_smem + 0);
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = (x_row[col] = x_v.v[k]);
-        fz_lse_add(acc, v0);
-      }
-    }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
-    const float lse = fz_lse_result(acc);
-    for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
-        const long long i = row * e1 + c;
-        fz_vec<float, 4> y_out;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v1 = x_row[col];
-        const float v2 = v1 - lse;
-        y_out.v[k] = v2;
-      }
-        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-    }
-}
 // log_softmax_k0_v4: one block per row; estimated 23 registers.
 extern "C" __global__ void log_softmax_k0_v4(
     const float* __restrict__ x,
@@ -1398,47 +1322,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
-    }
-}
-// log_softmax_bf16_k0_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 33 registers.
-extern "C" __global__ void log_softmax_bf16_k0_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    __nv_bfloat16* __restrict__ y,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v_ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-        fz_vec<__nv_bfloat16, 8> y_out;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v2 = __bfloat162float(x_v_.v[k]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
-      }
-        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
 }
 // log_softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 23 registers.

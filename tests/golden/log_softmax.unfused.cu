@@ -519,34 +519,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 32 registers.
-extern "C" __global__ void log_softmax_k0_row_logsumexp_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        fz_lse_add(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    if (lane == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
 // log_softmax_k0_row_logsumexp_v4: one block per row; estimated 22 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
     const float* __restrict__ x,
@@ -1107,35 +1079,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
-        row_logsumexp_0[row] = lse;
-    }
-}
-// log_softmax_bf16_k0_row_logsumexp_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 32 registers.
-extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ row_logsumexp_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_lse_op());
-    const float lse = fz_lse_result(acc);
-    if (lane == 0) {
         row_logsumexp_0[row] = lse;
     }
 }

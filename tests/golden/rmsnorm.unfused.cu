@@ -435,36 +435,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_row_mean_r1024_
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 37 registers.
-extern "C" __global__ void rmsnorm_k0_row_mean_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ row_mean_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        const float v1 = v0 * v0;
-        acc = fz_sum_op()(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v2 = acc / length;
-    if (lane == 0) {
-        row_mean_0[row] = v2;
-    }
-}
 // rmsnorm_k0_row_mean_v4: one block per row; estimated 27 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_v4(
     const float* __restrict__ x,
@@ -969,37 +939,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_row_mean_r5
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     const float v3 = acc / length;
     if (threadIdx.x == 0) {
-        row_mean_0[row] = v3;
-    }
-}
-// rmsnorm_bf16_k0_row_mean_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 37 registers.
-extern "C" __global__ void rmsnorm_bf16_k0_row_mean_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ row_mean_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    const float length = (float)e1;
-    float acc = (float)0;
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = v0 * v0;
-        const float v2 = (float)v1;
-        acc = fz_sum_op()(acc, v2);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float v3 = acc / length;
-    if (lane == 0) {
         row_mean_0[row] = v3;
     }
 }

@@ -405,33 +405,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
-extern "C" __global__ void softmax_k0_row_max_warp_v4(
-    const float* __restrict__ x,
-    float* __restrict__ m,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = x_v.v[k];
-        acc = fz_max_op()(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_max_op());
-    if (lane == 0) {
-        m[row] = acc;
-    }
-}
 // softmax_k0_row_max_v4: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_k0_row_max_v4(
     const float* __restrict__ x,
@@ -799,33 +772,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     if (threadIdx.x == 0) {
-        row_sum_0[row] = acc;
-    }
-}
-// softmax_k2_row_sum_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
-extern "C" __global__ void softmax_k2_row_sum_warp_v4(
-    const float* __restrict__ e,
-    float* __restrict__ row_sum_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = e_v.v[k];
-        acc = fz_sum_op()(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    if (lane == 0) {
         row_sum_0[row] = acc;
     }
 }
@@ -1291,34 +1237,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_warp_v8: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
-extern "C" __global__ void softmax_bf16_k0_row_max_warp_v8(
-    const __nv_bfloat16* __restrict__ x,
-    float* __restrict__ m,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = __int_as_float(0xff800000);
-    for (long long c = (long long)lane * 8; c < e1; c += 32 * 8) {
-        const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const long long col = c + k;
-        const float v0 = __bfloat162float(x_v.v[k]);
-        const float v1 = (float)v0;
-        acc = fz_max_op()(acc, v1);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_max_op());
-    if (lane == 0) {
-        m[row] = acc;
-    }
-}
 // softmax_bf16_k0_row_max_v8: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -1689,33 +1607,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
     if (threadIdx.x == 0) {
-        row_sum_0[row] = acc;
-    }
-}
-// softmax_bf16_k2_row_sum_warp_v4: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
-extern "C" __global__ void softmax_bf16_k2_row_sum_warp_v4(
-    const float* __restrict__ e,
-    float* __restrict__ row_sum_0,
-    const long long n,
-    const long long e0,
-    const long long e1)
-{
-    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    const unsigned lane = threadIdx.x & 31u;
-    if (row >= e0) return;  // the whole warp: its shuffles need every lane
-    float acc = (float)0;
-    for (long long c = (long long)lane * 4; c < e1; c += 32 * 4) {
-        const long long i = row * e1 + c;
-        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const long long col = c + k;
-        const float v0 = e_v.v[k];
-        acc = fz_sum_op()(acc, v0);
-      }
-    }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    if (lane == 0) {
         row_sum_0[row] = acc;
     }
 }
