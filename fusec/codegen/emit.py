@@ -303,7 +303,7 @@ class _KernelEmitter:
                     out.append(self._instruction(idx, per_row_loads, namer, refs))
             return [line for line in out if line]
 
-        def element_pass(needed: frozenset[int], reads: dict[int, str] = {}, keeps: tuple[int, ...] = ()) -> dict:
+        def element_pass(needed: frozenset[int], reads: dict[int, str] | None = None, keeps: tuple[int, ...] = ()) -> dict:
             """A loop over the row computing the per-element values `needed` (with
             vectors: `pre` loads one vector of each array at the vector's first
             element, and the lines compute each of its elements). Held in
@@ -337,7 +337,7 @@ class _KernelEmitter:
             local = namer.copy()  # the loop's scope
             lines = []
             for idx in sorted(needed):
-                if idx in reads:
+                if reads and idx in reads:
                     inner[idx] = f"{reads[idx]}[{slot}].v[{element}]"
                 else:
                     lines.append(self._instruction(idx, loads, local, inner))
@@ -362,7 +362,7 @@ class _KernelEmitter:
             reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_]
             earlier = {i: held[i] for kept_here in keeps[:round_ - 1] for i in kept_here}
             loop = element_pass(sets[round_ - 1], earlier, keeps[round_ - 1])
-            init, steps, combine, finish, post = [], [], [], [], []
+            init, steps, combine, finish, post = [], [], [], [], None
             for idx in reductions:
                 ins = body[idx]
                 t = ins.type.compute.c
@@ -377,10 +377,9 @@ class _KernelEmitter:
                         scope.append(f"fz_vec<{t}, {width}> {kept_in}[{resident}];")
                         steps += [f"{kept_in}[{slot}].v[{element}] = {value};",
                                   f"{acc}.m = fz_max_op()({acc}.m, {value});"]
-                        post += self._resident_loop(slot, first, element, resident, threads, lane or "threadIdx.x",
-                                                    width, length, [f"const {t} {term} = fz_exp_accurate({kept_in}[{slot}]"
-                                                                    f".v[{element}] - {acc}.m);",
-                                                                    f"if ({term} == {term}) {acc}.s += {term};  // NaN: equal infinities"])
+                        post = post or {"lines": [], "pre": [], "declare": [], "stores": [], "live": None}
+                        post["lines"] += [f"const {t} {term} = fz_exp_accurate({kept_in}[{slot}].v[{element}] - {acc}.m);",
+                                          f"if ({term} == {term}) {acc}.s += {term};  // NaN: equal infinities"]
                     else:
                         steps.append(f"fz_lse_add({acc}, {value});")
                     combine.append((acc, "fz_lse_op", partial))
@@ -545,36 +544,30 @@ class _KernelEmitter:
         if self.k.has_position:  # row_position: the place along the last dim
             needed.add(m - 1)
         names = {j: self.namer.fresh(f"c{j}") for j in sorted(needed)}
-        lines, rest = [f"// coordinates of {i} in the collapsed space "
-                       f"[{', '.join(' * '.join(map(str, e)) for e in self.k.extents)}]"], i
         self.helpers.add("index")
-        for j in range(m - 1, 0, -1):
-            if j in needed:
+        return [f"// coordinates of {i} in the collapsed space "
+                f"[{', '.join(' * '.join(map(str, e)) for e in self.k.extents)}]",
+                *self._coordinate_lines(i, m - 1, names)], names
+
+    def _coordinate_lines(self, index: str, last: int, names: dict[int, str]) -> list[str]:
+        """Lines naming the coordinates `names` (dim -> name) of `index`, a flat index
+        over the collapsed dims 0 to `last`: a remainder per coordinate, a quotient per
+        dim crossed, as far as the outermost one named."""
+        lines, rest = [], index
+        for j in range(last, 0, -1):
+            if j in names:
                 lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
-            if not any(k < j for k in needed):
-                break
+            if not any(k < j for k in names):
+                return lines
             if j > 1:
                 quotient = self.namer.fresh(f"r{j}")
                 lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
                 rest = quotient
             else:
                 rest = f"fz_quot({rest}, {self.extents[j]})"
-        if 0 in needed:
+        if 0 in names:
             lines.append(f"const long long {names[0]} = {rest};")
-        return lines, names
-
-    @staticmethod
-    def _resident_loop(slot: str, first: str, element: str, count: int, threads: int, lane: str, width: int,
-                       length: str, body: list[str]) -> list[str]:
-        """A loop over a thread's vectors of a row held in registers, `body` at each element."""
-        return ["#pragma unroll",
-                f"for (int {slot} = 0; {slot} < {count}; ++{slot}) {{",
-                f"    const long long {first} = ((long long){slot} * {threads} + {lane}) * {width};",
-                f"    if ({first} < {length}) {{",
-                "#pragma unroll",
-                f"        for (int {element} = 0; {element} < {width}; ++{element}) {{",
-                *(f"            {line}" for line in body),
-                "        }", "    }", "}"]
+        return lines
 
     def _row_element_coordinates(self, row: str, position: str) -> list[str]:
         """The coordinates `_coordinates` names, in a row kernel's loop: the last is the
@@ -582,23 +575,11 @@ class _KernelEmitter:
         the row's length where i = row * length + position)."""
         if not self.coords:
             return []
-        m, names = len(self.k.extents), self.coord_names
-        lines = [f"// coordinates of {self.i}: its row's, and its place along the row"]
-        if m - 1 in names:
-            lines.append(f"const long long {names[m - 1]} = {position};")
-        rest = row
-        for j in range(m - 2, -1, -1):
-            if not any(k <= j for k in names):
-                break
-            if j == 0:
-                lines.append(f"const long long {names[0]} = {rest};")
-                break
-            if j in names:
-                lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
-            quotient = self.namer.fresh(f"r{j}")
-            lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
-            rest = quotient
-        return lines
+        last = len(self.k.extents) - 1
+        along = [f"const long long {self.coord_names[last]} = {position};"] if last in self.coord_names else []
+        leading = {j: name for j, name in self.coord_names.items() if j < last}
+        return [f"// coordinates of {self.i}: its row's, and its place along the row", *along,
+                *self._coordinate_lines(row, last - 1, leading)]
 
     def _comments(self) -> list[str]:
         k = self.k

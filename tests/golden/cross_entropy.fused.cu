@@ -232,16 +232,20 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
@@ -292,16 +296,20 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
@@ -350,16 +358,20 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -408,16 +420,20 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -466,16 +482,20 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -524,16 +544,20 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -582,16 +606,20 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -640,16 +668,20 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1071,16 +1103,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
@@ -1132,16 +1168,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
@@ -1191,16 +1231,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
@@ -1250,16 +1294,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1309,16 +1357,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1368,16 +1420,20 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
@@ -1427,16 +1483,20 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);

@@ -243,16 +243,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -290,16 +292,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -335,16 +339,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -379,16 +385,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -423,16 +431,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -467,16 +477,18 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -511,16 +523,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -555,16 +569,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1456,16 +1472,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -1504,16 +1522,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -1550,16 +1570,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -1595,16 +1617,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1640,16 +1664,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1685,16 +1711,18 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1730,16 +1758,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);

@@ -215,16 +215,18 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -276,16 +278,18 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -335,16 +339,18 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -393,16 +399,18 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -451,16 +459,18 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -509,16 +519,18 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -567,16 +579,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -625,16 +639,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -924,16 +940,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -988,16 +1006,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -1050,16 +1070,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -1111,16 +1133,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1172,16 +1196,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1233,16 +1259,18 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1294,16 +1322,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);

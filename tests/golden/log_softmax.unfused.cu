@@ -190,16 +190,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -237,16 +239,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -282,16 +286,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -326,16 +332,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -370,16 +378,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -414,16 +424,18 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -458,16 +470,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -502,16 +516,18 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -791,16 +807,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 8 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 8 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
@@ -839,16 +857,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 16 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 16 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
@@ -885,16 +905,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 32 + lane) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 32 + lane) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
@@ -930,16 +952,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const long long c = ((long long)r * 64 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 64 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -975,16 +999,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 128 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 128 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1020,16 +1046,18 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 256 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 256 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
@@ -1065,16 +1093,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
       }
       }
     }
-    #pragma unroll
+#pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long c = ((long long)r * 512 + threadIdx.x) * 8;
-        if (c < e1) {
-    #pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-                if (e == e) acc.s += e;  // NaN: equal infinities
-            }
-        }
+      const long long c = ((long long)r * 512 + threadIdx.x) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
