@@ -30,8 +30,11 @@ from fusec.bench.harness import (
     INNER,
     REP_SECONDS,
     REPS,
+    TOLERANCE,
     Row,
+    _itemsize,
     _tuple,
+    array_mismatch,
     dims_for,
     make_args,
     minimum_bytes,
@@ -49,9 +52,8 @@ from fusec.types import BF16
 COPY = "copy (16-byte, the limit)"
 FUSED, UNFUSED = "fusec fused", "fusec unfused"
 EAGER, COMPILED, LIGER = "torch eager", "torch.compile", "Liger"
-# Tolerance by the itemsize of the arrays compared (the bench's); a gradient's
-# absolute tolerance scales with its largest magnitude (a sum over rows grows with them).
-TOLERANCE = {2: 2e-2, 4: 1e-4, 8: 1e-9}
+# The forward bench's tolerances (harness.TOLERANCE); a gradient's absolute tolerance
+# scales with its largest magnitude (a sum over rows grows with them).
 
 
 class Device:
@@ -288,17 +290,11 @@ class GradBench:
             return f"{len(got[0])} outputs and {len(got[1])} gradients, expected {len(names)} in all"
         for (kind, name), actual, want in zip(names, got[0] + got[1], outputs + gradients):
             a, e = self.device.host(actual), self.device.host(want)
-            if a.shape != e.shape:
-                return f"{kind} {name} has shape {a.shape}, {source} {e.shape}"
-            if a.dtype.kind in "biu" or e.dtype.kind in "biu":
-                if not np.array_equal(a, e):
-                    return f"{kind} {name} differs from {source}"
-                continue
             tol = TOLERANCE[_itemsize(actual)]
             scale = max(1.0, float(np.nanmax(np.abs(e)))) if kind == "gradient" and e.size else 1.0
-            if not np.allclose(a, e, rtol=tol, atol=tol * scale, equal_nan=True):
-                worst = float(np.nanmax(np.abs(a - e))) if a.size else 0.0
-                return f"{kind} {name} differs from {source} (max |diff| {worst:.3g}, tolerance {tol * scale:.3g})"
+            found = array_mismatch(f"{kind} {name}", a, e, source, tol, tol * scale)
+            if found:
+                return found
         return None
 
     # ---- a size
@@ -335,12 +331,6 @@ class GradBench:
                     row.speedup_vs_unfused = times[UNFUSED] / us
             rows.append(row)
         return rows
-
-
-def _itemsize(a) -> int:
-    if _is_tensor(a):
-        return a.element_size()
-    return a.dtype.itemsize
 
 
 def _failed(exc: Exception) -> str:

@@ -358,19 +358,30 @@ def outputs_mismatch(pipeline, got: tuple, expected: tuple, source: str) -> str 
     if len(got) != len(expected):
         return f"{len(got)} outputs, {source} {len(expected)}"
     for slot, actual, want in zip(pipeline.outputs, got, expected):
-        a, e = _host(actual), _host(want)
-        if a.shape != e.shape:
-            return f"output {slot.name} has shape {a.shape}, {source} {e.shape}"
-        if a.dtype.kind in "biu" or e.dtype.kind in "biu":
-            if not np.array_equal(a, e):
-                return f"output {slot.name} differs from {source}"
-            continue
-        tol = {2: 2e-2, 4: 1e-4, 8: 1e-9}[min(_itemsize(actual), _itemsize(want), *widths, 8)]
-        a, e = a.astype(np.float64), e.astype(np.float64)
-        if not np.allclose(a, e, rtol=tol, atol=tol, equal_nan=True):
-            worst = float(np.nanmax(np.abs(a - e))) if a.size else 0.0
-            return f"output {slot.name} differs from {source} (max |diff| {worst:.3g}, tolerance {tol:.3g})"
+        tol = TOLERANCE[min(_itemsize(actual), _itemsize(want), *widths, 8)]
+        found = array_mismatch(f"output {slot.name}", _host(actual), _host(want), source, tol, tol)
+        if found:
+            return found
     return None
+
+
+# A float result against its expectation, by the bytes of its type.
+TOLERANCE = {2: 2e-2, 4: 1e-4, 8: 1e-9}
+
+
+def array_mismatch(what: str, actual: np.ndarray, expected: np.ndarray, source: str, rtol: float,
+                   atol: float) -> str | None:
+    """Why `actual` differs from `expected` (host arrays: integers and bools exactly,
+    floats within rtol and atol, NaN equal to NaN), None where they agree."""
+    if actual.shape != expected.shape:
+        return f"{what} has shape {actual.shape}, {source} {expected.shape}"
+    if actual.dtype.kind in "biu" or expected.dtype.kind in "biu":
+        return None if np.array_equal(actual, expected) else f"{what} differs from {source}"
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    if np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    worst = float(np.nanmax(np.abs(a - e))) if a.size else 0.0
+    return f"{what} differs from {source} (max |diff| {worst:.3g}, tolerance {atol:.3g})"
 
 
 def _host(a):
