@@ -27,8 +27,16 @@ from fusec.ir.launch import (
 )
 from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
-from fusec.target import (BLOCK_SIZE, RESIDENT_BLOCK_BYTES, ROW_CACHE_BYTES, RESIDENT_ELEMENTS, RESIDENT_REGS, RESIDENT_THREADS, WARP_ROW_BYTES,
-                          WARP_ROWS_PER_BLOCK)
+from fusec.target import (
+    BLOCK_SIZE,
+    RESIDENT_BLOCK_BYTES,
+    RESIDENT_ELEMENTS,
+    RESIDENT_REGS,
+    RESIDENT_THREADS,
+    ROW_CACHE_BYTES,
+    WARP_ROW_BYTES,
+    WARP_ROWS_PER_BLOCK,
+)
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
 # array (float4, 8 halves, 2 doubles): the widest load an SM issues, worth
@@ -136,7 +144,7 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
         vector = {"whole_rows": True, "alignment": _alignment(kernel, w, slot_of)} if w > 1 else {}
         suffix = f"_v{w}" if w > 1 else ""
         if "resident" in ROW_STRATEGIES and w > 1:
-            longest = 0
+            longest, peak = 0, _resident_peak(kernel, cached)
             for threads in RESIDENT_THREADS:
                 count = _resident_vectors(threads, w, VECTOR_BYTES // w)
                 held = count * w * kept // 4  # 32-bit registers the kept row takes a thread, at most
@@ -149,7 +157,7 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 # ptxas then keeps about 8 more (measured on the examples)
                 roomy = RESIDENT_ROOMY_REGS if threads == 512 else 0
                 out.append(Variant(f"{name}_r{threads}{suffix}", w, grid,
-                                   regs(warp, _resident_registers(kernel, cached, count * w) + roomy),
+                                   regs(warp, round(count * w * peak) + roomy),
                                    max_row=longest, row_resident=count, **vector))
         # Rows held in registers up to `longest` elements: a variant with the same needs
         # (whole vectors, aligned) that takes no longer rows would never run.
@@ -178,10 +186,10 @@ RESIDENT_ONCE = 0.5
 RESIDENT_ROOMY_REGS = 8
 
 
-def _resident_registers(kernel: Kernel, cached: list, elements: int) -> int:
-    """The registers a thread's `elements` of its row take at the busiest pass:
-    the arrays read again (kept), the values kept between passes, and the arrays
-    read once in that pass; a log-sum-exp keeps its inputs whole."""
+def _resident_peak(kernel: Kernel, cached: list) -> float:
+    """The registers an element of a thread's part of its row takes at the busiest
+    pass: the arrays read again (kept), the values kept between passes, and the
+    arrays read once in that pass; a log-sum-exp keeps its inputs whole."""
     body = kernel.body.instrs
     sets, roots = row_passes(kernel)
     effective, keeps = held_values(body, sets, roots)
@@ -208,7 +216,7 @@ def _resident_registers(kernel: Kernel, cached: list, elements: int) -> int:
             else:
                 live += RESIDENT_ONCE * a.type.itemsize / 4
         peak = max(peak, live)
-    return round(elements * peak)
+    return peak
 
 
 def _resident_vectors(threads: int, width: int, itemsize: int) -> int:
