@@ -15,7 +15,7 @@ import jinja2
 from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, row_passes, row_schedule
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, row_schedule
 from fusec.ir.program import COLUMN_OPS
 from fusec.ir.launch import (
     WORK_ITEM,
@@ -349,11 +349,11 @@ class _KernelEmitter:
         scope += per_row(0)
         element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
         rounds = range(1, schedule.reductions + 1)
-        sets, roots = row_passes(k)
+        sets = list(schedule.passes)
         held: dict[int, str] = {}  # value -> the registers a resident row keeps it in
         keeps: list[tuple[int, ...]] = [()] * len(sets)
         if resident:
-            sets, keeps = held_values(body, sets, roots)
+            sets, keeps = held_values(body, schedule)
             for idx in (i for kept_here in keeps for i in kept_here):
                 held[idx] = namer.fresh("held")
                 scope.append(f"fz_vec<{body[idx].type.compute.c}, {width}> {held[idx]}[{resident}];")

@@ -30,11 +30,13 @@ class RowSchedule:
     row reductions it waits for (a reduction is known after a pass over the row,
     so round r's reductions share pass r); `passes[r - 1]` the per-element
     instructions pass r computes, and `passes[-1]` those of the last pass, which
-    stores the row's elements (absent where none are stored)."""
+    stores the row's elements (absent where none are stored); `roots[p]` the
+    values pass p reduces or stores."""
 
     per_element: tuple[bool, ...]
     rounds: tuple[int, ...]
     passes: tuple[frozenset[int], ...]
+    roots: tuple[tuple[int, ...], ...]
 
     @property
     def reductions(self) -> int:
@@ -75,7 +77,8 @@ def row_schedule(kernel: "Kernel") -> RowSchedule:
             if i in needed:
                 needed.update(a for a in body[i].args if per_element[a])
         return frozenset(needed)
-    return RowSchedule(tuple(per_element), tuple(rounds), tuple(cone(r) for r in roots if r))
+    roots = [r for r in roots if r]
+    return RowSchedule(tuple(per_element), tuple(rounds), tuple(cone(r) for r in roots), tuple(map(tuple, roots)))
 
 
 # A resident row keeps a value a later pass needs again where it holds at most
@@ -83,12 +86,13 @@ def row_schedule(kernel: "Kernel") -> RowSchedule:
 HELD_VALUES = 2
 
 
-def held_values(body, sets: list, roots: list) -> tuple[list, list]:
+def held_values(body, schedule: RowSchedule) -> tuple[list, list]:
     """For a row held in registers, the values computed in one pass that a later
     pass would compute again, kept in registers instead: in each later pass,
     those its new computation reads (or stores, or reduces) directly. Returns
     each pass's values to compute (reading the kept ones, not what they came
     from) and the values each pass keeps."""
+    sets, roots = schedule.passes, schedule.roots
     first: dict[int, int] = {}  # value -> the pass that first computes it
     held: set[int] = set()
     keeps: list[list[int]] = [[] for _ in sets]
@@ -117,17 +121,6 @@ def held_values(body, sets: list, roots: list) -> tuple[list, list]:
         for i in computing:
             first.setdefault(i, q)
     return effective, [tuple(k) for k in keeps]
-
-def row_passes(kernel: "Kernel") -> tuple[list, list]:
-    """A row kernel's passes: the per-element values each computes, and the values
-    each reduces or stores (what `held_values` takes)."""
-    body, schedule = kernel.body.instrs, row_schedule(kernel)
-    element_stores = [at for a, at in kernel.stores if a.present[-1]]
-    rounds = range(1, schedule.reductions + 1)
-    sets = [schedule.passes[r - 1] for r in rounds] + [schedule.passes[-1]] * bool(element_stores)
-    roots = [[a for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == r
-              for a in ins.args] for r in rounds] + [element_stores] * bool(element_stores)
-    return sets, roots
 
 
 @dataclass(frozen=True, slots=True)

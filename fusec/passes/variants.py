@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from fusec.ir.kernels import Kernel, held_values, row_passes, row_schedule
+from fusec.ir.kernels import Kernel, held_values, row_schedule
 from fusec.ir.launch import (
     ColumnGrid,
     ColumnReduce,
@@ -191,8 +191,9 @@ def _resident_peak(kernel: Kernel, cached: list) -> float:
     pass: the arrays read again (kept), the values kept between passes, and the
     arrays read once in that pass; a log-sum-exp keeps its inputs whole."""
     body = kernel.body.instrs
-    sets, roots = row_passes(kernel)
-    effective, keeps = held_values(body, sets, roots)
+    schedule = row_schedule(kernel)
+    roots = schedule.roots
+    effective, keeps = held_values(body, schedule)
     kept = {a.value for a in cached}
     lse_inputs = {ins.args[0] for ins in body if ins.op == "row_lse"}
     peak = 0.0
