@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/rows_table.py [--elements 2^26] [--lengths 1024,4096,...]
         [--examples softmax,log_softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy] [--backend sim]
+        [--cluster-threads 512,1024] [--cluster-elements 32] [--dtypes f32,bf16]
 
 For each example (examples/, its first pipeline retyped to f32 and bf16) and row
 length: the result checked against the NumPy reference first (on at most 2^20
@@ -76,6 +77,13 @@ def main() -> None:
     elements = eval(option("--elements", "2^26" if backend == "cuda" else "2^14").replace("^", "**"))
     lengths = [int(n) for n in option("--lengths", ",".join(map(str, LENGTHS))).split(",")]
     examples = option("--examples", ",".join(EXAMPLES)).split(",")
+    dtypes = option("--dtypes", "f32,bf16").split(",")
+    if "--cluster-threads" in sys.argv:  # the threads a block of a cluster kernel may have (a measurement's knob)
+        import fusec.passes.variants as variants
+        variants.CLUSTER_THREADS = tuple(int(t) for t in option("--cluster-threads", "").split(","))
+    if "--cluster-elements" in sys.argv:  # the elements of its row a thread of a cluster's block holds
+        import fusec.passes.variants as variants
+        variants.CLUSTER_ELEMENTS = int(option("--cluster-elements", ""))
     if backend == "cuda":
         import cupy as xp
 
@@ -86,7 +94,7 @@ def main() -> None:
     print(f"{elements} elements a call\n")
     print("| example | type | row length | fusec µs | copy µs | TB/s | % of copy | kernel |\n|---|---|---|---|---|---|---|---|")
     for example in examples:
-        for dtype in ("f32", "bf16"):
+        for dtype in dtypes:
             program = first_pipeline(example, dtype)
             pipeline = program.pipelines[0]
             f = fusec.jit(program.source.text, backend=backend)
@@ -106,6 +114,9 @@ def main() -> None:
                 dims = dims_for(pipeline, elements, length)
                 traffic = minimum_bytes(pipeline, dims)
                 kernel = chosen(f, length)
+                if backend == "cuda" and "_c" in kernel:  # a cluster kernel: registers, clusters the device runs at once
+                    facts = f._runner.backend.attributes(kernel.split(" ")[0].split("+")[0])
+                    kernel += f" ({facts['num_regs']} regs, {facts.get('clusters_at_once')} at once)"
                 if backend != "cuda":
                     print(f"| {example} | {dtype} | {length} | - | - | - | - | {kernel} |", flush=True)
                     continue

@@ -52,7 +52,9 @@ def _grid_name(grid) -> str:
             return "device_fill"
         case WorkItemGrid():
             return "work_items"
-        case RowGrid(rows_per_block, threads):
+        case RowGrid(rows_per_block, threads, cluster):
+            if cluster:
+                return f"a cluster of {cluster} blocks of {threads} per row"
             if rows_per_block > 1:
                 lanes = BLOCK_SIZE // rows_per_block
                 return f"a warp per row ({rows_per_block} a block)" if lanes == 32 else \

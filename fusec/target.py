@@ -64,6 +64,22 @@ RESIDENT_ELEMENTS = 16
 RESIDENT_BLOCK_BYTES = 64
 RESIDENT_THREADS = (8, 16, 32, 64, 128, 256, 512, 1024)
 RESIDENT_REGS = 64
+# Rows longer than a block holds: a thread-block cluster a row (sm_90), each of
+# its blocks holding its part in registers as above and combining the row's
+# reductions through the others' shared memory (distributed shared memory), so
+# the row is still read once. Clusters of 2 to 16 blocks (16 is beyond CUDA's
+# portable 8, which the H100 and H200 allow) of 256 threads, or 512 where 16
+# blocks of 256 cannot hold the row, each thread holding CLUSTER_ELEMENTS.
+# Measured on the H200 (benchmarks/cluster_shapes.sh, BENCHMARKS.md, 2^26
+# elements, 32 Ki-256 Ki a row): blocks of 256 beat 512 and 1,024 (f32 softmax
+# at 64 Ki: 2.86 TB/s against 2.30 and 2.14; 128 no better than 256), and 32
+# elements a thread beat 16 in f32 (softmax 2.99 against 2.86, RMSNorm 3.54
+# against 3.31 at 64 Ki) and 64 in bf16 (softmax 2.06 against 1.32: 96
+# registers a thread).
+CLUSTER_BLOCKS = (2, 4, 8, 16)
+CLUSTER_THREADS = (256, 512)
+CLUSTER_ELEMENTS = 32
+CLUSTER_ARCH = 90  # the first architecture with clusters
 
 # The register budget a fused kernel may not exceed is a number of 32-bit
 # registers per thread; ptxas allocates at most this many.
@@ -86,9 +102,13 @@ def check_max_regs(value) -> int:
     return value
 
 
+def arch_number(arch: str) -> int:
+    """90 for sm_90 (and sm_90a)."""
+    return int(_ARCH.fullmatch(check_arch(arch)).group(1))
+
+
 def default_max_regs(arch: str = DEFAULT_ARCH) -> int:
     """The budget that keeps half occupancy on `arch`: enough loads in flight for
     a memory-bound kernel (65,536 registers / 1,024 threads = 64 on sm_90)."""
-    number = int(_ARCH.fullmatch(check_arch(arch)).group(1))
-    threads = MAX_THREADS_PER_SM.get(number, 2048)
+    threads = MAX_THREADS_PER_SM.get(arch_number(arch), 2048)
     return min(MAX_REGS, REGISTER_FILE // (threads // 2) // 8 * 8)

@@ -22,20 +22,27 @@ EPS32 = float(np.finfo(np.float32).eps)
 LENGTHS = [1, 7, 33, 256, 257, 1000, 1028, 4100]
 
 
-STRATEGIES = ["lanes-resident", "warp-resident", "block-resident", "warp", "block"]
+STRATEGIES = ["lanes-resident", "warp-resident", "block-resident", "cluster-resident", "warp", "block"]
 
 
 def force(monkeypatch, strategy: str) -> None:
     """Only `strategy`'s variants offered, whatever the row's length: a warp or a
     block per row; held in registers where that can serve (a row's length a
     multiple of its vector, at most what its vectors hold), else the same warp or
-    block per row reading the row again (the same threads take the same elements)."""
+    block per row reading the row again (the same threads take the same elements).
+    A cluster: of 2 or 4 blocks of a warp each (rows of up to 2,048 or 4,096
+    elements), as small as the sim runs quickly."""
     import fusec.passes.variants as variants
     kind, _, resident = strategy.partition("-")
-    fallback = "block" if kind == "block" else "warp"  # lanes of a warp: the warp's kernel
-    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident",) * bool(resident) + (fallback, "block"))
-    monkeypatch.setattr(variants, "WARP_ROW_BYTES", -1 if kind == "block" else 1 << 62)
-    if resident:
+    fallback = "block" if kind in ("block", "cluster") else "warp"  # lanes of a warp: the warp's kernel
+    clusters = ("cluster",) if kind == "cluster" else ()
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident",) * bool(resident) + clusters + (fallback, "block"))
+    monkeypatch.setattr(variants, "WARP_ROW_BYTES", -1 if fallback == "block" else 1 << 62)
+    if kind == "cluster":
+        monkeypatch.setattr(variants, "RESIDENT_THREADS", ())
+        monkeypatch.setattr(variants, "CLUSTER_THREADS", (32,))
+        monkeypatch.setattr(variants, "CLUSTER_BLOCKS", (2, 4))
+    elif resident:
         threads = {"lanes": (8, 16), "warp": (32,), "block": (64, 128, 256, 512, 1024)}[kind]
         monkeypatch.setattr(variants, "RESIDENT_THREADS", threads)
 
@@ -50,6 +57,8 @@ def strategy(request, monkeypatch):
 def launched_strategy(f) -> str:
     name = f._runner.backend.launched[-1]
     resident = re.search(r"_r(\d+)(_v\d+)?$", name)
+    if re.search(r"_c\d+_r\d+(_v\d+)?$", name):
+        return "cluster-resident"
     if resident:
         threads = int(resident.group(1))
         return ("lanes" if threads < 32 else "warp" if threads == 32 else "block") + "-resident"
@@ -61,9 +70,9 @@ def expected_strategy(strategy: str, length: int, width: int = 4) -> str:
     where rows of `length` cannot be held (f32: 4 elements a vector; 16 elements
     a thread of a warp or of a block of up to 1,024)."""
     kind, _, resident = strategy.partition("-")
-    most = 16 * {"lanes": 16, "warp": 32, "block": 1024}[kind]
+    most = {"cluster": 32 * 4 * 32}.get(kind) or 16 * {"lanes": 16, "warp": 32, "block": 1024}[kind]
     if resident and (length % width or length > most or length == 0):
-        return "block" if kind == "block" else "warp"
+        return "block" if kind in ("block", "cluster") else "warp"
     return strategy
 
 
@@ -236,14 +245,15 @@ def test_rows_move_as_16_byte_vectors_where_their_length_and_alignment_allow(len
     ("f32", 64, "p_k0_r8_v4"), ("f32", 128, "p_k0_r8_v4"), ("f32", 200, "p_k0_r16_v4"), ("f32", 260, "p_k0_r32_v4"),
     ("f32", 512, "p_k0_r32_v4"), ("f32", 516, "p_k0_r64_v4"),
     ("f32", 1024, "p_k0_r64_v4"), ("f32", 1028, "p_k0_r128_v4"), ("f32", 4096, "p_k0_r256_v4"),
-    ("f32", 4100, "p_k0_r512_v4"), ("f32", 16384, "p_k0_r1024_v4"), ("f32", 16388, "p_k0_v4"),
+    ("f32", 4100, "p_k0_r512_v4"), ("f32", 16384, "p_k0_r1024_v4"), ("f32", 16388, "p_k0_c4_r256_v4"),
+    ("f32", 262148, "p_k0_v4"), ("bf16", 16392, "p_k0_c4_r256_v8"),
     ("f32", 1030, "p_k0_cached"), ("bf16", 256, "p_k0_r16_v8"), ("bf16", 512, "p_k0_r32_v8"), ("bf16", 520, "p_k0_r64_v8"),
     ("bf16", 4104, "p_k0_r256_v8"), ("bf16", 8200, "p_k0_r512_v8")])
 def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vectors_hold(dtype, length, variant,
                                                                                         monkeypatch):
     """The runtime takes the row kept in registers by the fewest threads that hold
-    it 16 elements each (8 or 16 lanes of a warp, a warp, or a block of 64 to
-    1,024), else the shared
+    it 16 elements each (8 or 16 lanes of a warp, a warp, a block of 64 to
+    1,024, or a cluster of 2 to 16 blocks of 256 or 512, 32 elements a thread), else the shared
     memory, else memory again. A warp's, and a block of 256's, take the elements
     their warp or block per row reading memory in every pass takes: the same bits
     (the same order of reduction); each follows the reference."""
@@ -259,7 +269,7 @@ def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vector
     tolerance = 2.0 ** -7 if dtype == "bf16" else 1e-5
     np.testing.assert_allclose(y.astype(np.float64), want[0].astype(np.float64), rtol=tolerance, atol=1e-7)
     family = {"_r32_": "warp", "_r256_": "block"}.get(re.sub(r".*(_r\d+_).*", r"\1", variant))
-    if family:
+    if family and not re.search(r"_c\d+_r", variant):  # a cluster's threads combine in another order
         force(monkeypatch, family)
         import fusec.runtime.executor as executor
         monkeypatch.setattr(executor, "ROW_CACHE_BYTES", 0)

@@ -27,15 +27,16 @@ CTYPES = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "unsigned": ctype
 class Module:
     """A CUDA C module and its launchers, from the sim's template: `kernels` maps a
     kernel's name to (its parameters' C types, its dynamic shared memory in bytes
-    (a C expression of the launcher's parameters), or None for fz_sim_grid)."""
+    (a C expression of the launcher's parameters), or None for fz_sim_grid[, its
+    blocks a cluster])."""
 
     def __init__(self, cuda: str, kernels: dict, defines=()):
-        self.params = {name: types for name, (types, _) in kernels.items()}
+        self.params = {name: spec[0] for name, spec in kernels.items()}
         # The launchers read their arguments as the driver's kernelParams: one pointer per parameter.
         launchers = [{"name": name, "params": [f"{t} a{j} = *({t}*)params[{j}];" for j, t in enumerate(types)],
                       "args": [f"a{j}" for j in range(len(types))],
-                      "cooperative": shared is not None, "shared_bytes": shared}
-                     for name, (types, shared) in kernels.items()]
+                      "cooperative": shared is not None, "shared_bytes": shared, "cluster": cluster[0] if cluster else 1}
+                     for name, (types, shared, *cluster) in kernels.items()]
         launch = environment().get_template("sim_launcher.cpp.j2").render(module="module.cu", kernels=launchers)
         include = cuda_include_dir()
         flags = [*CXXFLAGS, *(f"-D{d}" for d in defines), "-include", str(SHIM)] + ([f"-I{include}"] if include else [])

@@ -38,6 +38,7 @@ from fusec.ir.launch import (
     WorkItemCount,
     WorkItems,
     block_threads,
+    cluster_blocks,
     unhandled,
 )
 from fusec.ir.program import fmt_shape
@@ -261,12 +262,17 @@ class _KernelEmitter:
         warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
         width = variant.elements_per_thread  # > 1: each pass moves one vector of the row a thread
         resident = variant.row_resident
-        # threads a row: a warp's, or fewer (several rows a warp), or the block's
-        threads = BLOCK_SIZE // variant.grid.rows_per_block if warp else block_threads(variant, BLOCK_SIZE)
+        # threads a row: a warp's, or fewer (several rows a warp), or the block's, or its cluster's blocks'
+        block = block_threads(variant, BLOCK_SIZE)
+        cluster = cluster_blocks(variant)
+        threads = BLOCK_SIZE // variant.grid.rows_per_block if warp else block * cluster
         row, col = namer.fresh("row"), namer.fresh("col")
+        rank = namer.fresh("rank") if cluster > 1 else None  # the block's place in its cluster
+        # the thread's place among the row's threads
+        thread = namer.fresh("lane") if warp else namer.fresh("t") if rank else "threadIdx.x"
         element_position, self.position = self.position, col
         slot = namer.fresh("r") if resident else None  # which of the thread's kept vectors
-        lane = namer.fresh("lane") if warp else None
+        lane = thread if warp else None
         live = namer.fresh("live") if warp and threads < 32 else None  # the group's row exists
         first, element = (namer.fresh("c"), namer.fresh("k")) if width > 1 else (None, None)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
@@ -288,7 +294,14 @@ class _KernelEmitter:
             offset.append(f"{length} * {a.type.itemsize}")
         refs = Refs()
         partials: dict[str, str] = {}
+        slots: list[str] = []  # a cluster's: per combine, the block's value the others read, and the result
         kept: set[str] = set()  # cached loads already in shared memory
+
+        def shared_slot() -> str | None:
+            if rank:
+                slots.append(namer.fresh("cluster"))
+                return slots[-1]
+            return None
 
         def per_row(round_: int) -> list[str]:
             """Lines computing the per-row values of this round."""
@@ -382,18 +395,19 @@ class _KernelEmitter:
                                           f"if ({term} == {term}) {acc}.s += {term};  // NaN: equal infinities"]
                     else:
                         steps.append(f"fz_lse_add({acc}, {value});")
-                    combine.append((acc, "fz_lse_op", partial))
+                    combine.append((acc, "fz_lse_op", partial, shared_slot()))
                     refs[idx] = namer.fresh("lse")
                     finish.append(f"const {t} {refs[idx]} = fz_lse_result({acc});")
                     continue
                 partial = partials.setdefault(t, namer.fresh(f"partial_{t}"))
-                if ins.op == "row_pick":
-                    hits = namer.fresh("hits")
-                    init += [f"{t} {acc} = -({t})0;", f"{t} {hits} = 0;"]  # -0 + x is x exactly
-                    steps.append(f"if ({col} == {loop['refs'][ins.args[1]]}) {{ {acc} = {value}; {hits} = 1; }}")
-                    combine += [(acc, "fz_sum_op", partial), (hits, "fz_sum_op", partial)]
+                if ins.op == "row_pick":  # one thread's element (the others' -0: -0 + x is x exactly)
+                    index = loop["refs"][ins.args[1]]
+                    init.append(f"{t} {acc} = -({t})0;")
+                    steps.append(f"if ({col} == {index}) {acc} = {value};")
+                    combine.append((acc, "fz_sum_op", partial, shared_slot()))
                     refs[idx] = namer.fresh("picked")
-                    finish.append(f"const {t} {refs[idx]} = {hits} != ({t})0 ? {acc} : ({t})0;")
+                    # every column is some thread's: the index inside the row is the one hit
+                    finish.append(f"const {t} {refs[idx]} = {index} >= 0 && {index} < {length} ? {acc} : ({t})0;")
                     continue
                 op = {"row_sum": "fz_sum_op", "row_max": "fz_max_op", "row_min": "fz_min_op"}[ins.op]
                 # infinity as cexpr spells it: NVRTC has no <math.h> and its INFINITY
@@ -402,7 +416,7 @@ class _KernelEmitter:
                          "row_min": float_const(math.inf, double)}[ins.op]
                 init.append(f"{t} {acc} = {start};")
                 steps.append(f"{acc} = {op}()({acc}, {value});")
-                combine.append((acc, op, partial))
+                combine.append((acc, op, partial, shared_slot()))
                 refs[idx] = acc
             passes.append({**loop, "init": init, "steps": steps, "post": post, "combine": combine,
                            "after": finish + per_row(round_)})
@@ -422,6 +436,8 @@ class _KernelEmitter:
                                f"= {out[a.buffer]};" for a, _ in element_stores]
         if width > 1:
             self.helpers.add("vec")
+        if rank:
+            self.helpers.add("clusters")
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
                       for a, at in k.stores if not a.present[-1]]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
@@ -431,10 +447,12 @@ class _KernelEmitter:
         # for add_rmsnorm_bf16's warp kernel, unmeasured on the GPU).
         return {"coords": self._row_element_coordinates(row, first or col) if resident else self.coords,
                 "row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
-                "resident": resident, "slot": slot, "threads": threads,
+                "resident": resident, "slot": slot, "threads": threads, "thread": thread,
+                "cluster": cluster if rank else 0, "rank": rank, "block": block,
                 # a block larger than any function can launch: ptxas to fit its registers to it
-                "bounds": threads if threads > BLOCK_SIZE else 0,
-                "partials": [] if warp else [(t, name) for t, name in partials.items()], "passes": passes,
+                "bounds": block if not warp and block > BLOCK_SIZE else 0,
+                "partials": [] if warp else [(t, name) for t, name in partials.items()],
+                "cluster_slots": slots, "passes": passes,
                 "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows, "live": live,
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
                 "vector": width, "first": first, "element": element}

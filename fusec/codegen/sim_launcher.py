@@ -1,12 +1,13 @@
 """The sim backend's launchers: one host C++ function per variant that runs the
 emitted kernel, unchanged, for every thread of its grid (`fz_sim_grid` in the
-shim header, or `fz_sim_grid_cooperative` for a kernel whose threads synchronize)
+shim header, or `fz_sim_grid_cooperative` for a kernel whose threads synchronize,
+in clusters of blocks where it has them)
 and returns what the sim found wrong, if anything. Rendered from the launch
 interface alone, like the CUDA module."""
 from __future__ import annotations
 
 from fusec.codegen.emit import environment
-from fusec.ir.launch import Extent, LaunchInterface, NumElements, RowGrid
+from fusec.ir.launch import Extent, LaunchInterface, NumElements, RowGrid, cluster_blocks
 
 
 def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
@@ -20,6 +21,7 @@ def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
         length = next((f"a{j}" for j, p in reversed(list(enumerate(launch.params)))
                        if isinstance(p.source, (Extent, NumElements))), "0")
         launchers += [{"name": v.name, "params": params, "args": args, "cooperative": isinstance(v.grid, RowGrid),
-                       "shared_bytes": f"{length} * {v.row_cache}u" if v.row_cache else 0}
+                       "shared_bytes": f"{length} * {v.row_cache}u" if v.row_cache else 0,
+                       "cluster": cluster_blocks(v)}
                       for v in launch.variants]
     return environment().get_template("sim_launcher.cpp.j2").render(module=module_file, kernels=launchers)

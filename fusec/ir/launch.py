@@ -110,10 +110,12 @@ class WorkItemGrid:
 class RowGrid:
     """`rows_per_block` rows a block (1: a block per row; the block's warps
     otherwise, a warp per row): ceil(rows / rows_per_block) blocks, the rows
-    the product of the collapsed extents but the last; blocks of `threads`."""
+    the product of the collapsed extents but the last; blocks of `threads`.
+    With `cluster`, a cluster of that many blocks a row: rows * cluster blocks."""
 
     rows_per_block: int = 1
     threads: int = 0  # threads a block (0: target.BLOCK_SIZE)
+    cluster: int = 0  # blocks a row, one thread-block cluster (0: none; rows_per_block is then 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class Variant:
     elements (None: any length): a row kernel's warp-per-row variant.
     row_resident: a row kernel that holds its row in registers: the vectors of
     `elements_per_thread` each thread keeps (its rows at most that many vectors
-    of every thread of the row: a warp's, or its RowGrid's block).
+    of every thread of the row: a warp's, its RowGrid's block, or its cluster's blocks).
     """
 
     name: str
@@ -153,6 +155,12 @@ class Variant:
     row_cache: int = 0
     max_row: int | None = None
     row_resident: int = 0
+
+
+def cluster_blocks(variant: Variant) -> int:
+    """The blocks of one thread-block cluster of `variant` (1: no cluster)."""
+    grid = variant.grid
+    return grid.cluster if isinstance(grid, RowGrid) and grid.cluster else 1
 
 
 def block_threads(variant: Variant, default: int) -> int:

@@ -29,6 +29,11 @@ from fusec.passes.cost import NOMINAL_ELEMENTS, TargetCosts, predict
 from fusec.passes.regs import KernelEstimate, estimate_kernel, variant_shape
 from fusec.target import (
     BLOCK_SIZE,
+    CLUSTER_ARCH,
+    CLUSTER_BLOCKS,
+    CLUSTER_ELEMENTS,
+    CLUSTER_THREADS,
+    DEFAULT_ARCH,
     RESIDENT_BLOCK_BYTES,
     RESIDENT_ELEMENTS,
     RESIDENT_REGS,
@@ -36,6 +41,7 @@ from fusec.target import (
     ROW_CACHE_BYTES,
     WARP_ROW_BYTES,
     WARP_ROWS_PER_BLOCK,
+    arch_number,
 )
 
 # Each thread of the vector variant moves one 16-byte vector of its widest
@@ -98,7 +104,8 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
         case RowBlock():
-            return _row_variants(kernel, form, slot_of, estimate, observed)
+            clusters = arch_number(costs.arch if costs else DEFAULT_ARCH) >= CLUSTER_ARCH
+            return _row_variants(kernel, form, slot_of, estimate, observed, clusters)
         case ColumnReduce(chunks):
             return (Variant(name, 1, ColumnGrid(chunks), regs(1)),)
         case MultiTensor():
@@ -110,10 +117,11 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
 
 # The row strategies offered, in the order the runtime tries them (tests and
 # benchmarks narrow it to force one; "block" needs nothing and always stays).
-ROW_STRATEGIES = ("resident", "warp", "block")
+ROW_STRATEGIES = ("resident", "cluster", "warp", "block")
 
 
-def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstimate, observed: dict) -> tuple:
+def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstimate, observed: dict,
+                  clusters: bool) -> tuple:
     """The row kernel's variants, each for the rows it serves best:
     - the row held in registers (`row_resident` vectors a thread, loaded in one
       burst by the first pass, read by the later ones from registers), a warp a
@@ -145,18 +153,23 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
         suffix = f"_v{w}" if w > 1 else ""
         if "resident" in ROW_STRATEGIES and w > 1:
             longest, peak = 0, _resident_peak(kernel, cached)
-            for threads in RESIDENT_THREADS:
-                count = _resident_vectors(threads, w, VECTOR_BYTES // w)
+            shapes = [(1, threads) for threads in RESIDENT_THREADS]
+            if clusters and "cluster" in ROW_STRATEGIES:
+                shapes += sorted(((blocks, threads) for blocks in CLUSTER_BLOCKS for threads in CLUSTER_THREADS),
+                                 key=lambda shape: (shape[0] * shape[1], shape[1]))
+            for blocks, threads in shapes:
+                count = _resident_vectors(threads, w, VECTOR_BYTES // w, blocks > 1)
                 held = count * w * kept // 4  # 32-bit registers the kept row takes a thread, at most
-                if held > RESIDENT_REGS or count * threads * w <= longest:
+                if held > RESIDENT_REGS or blocks * count * threads * w <= longest:
                     continue
-                longest = count * threads * w
-                warp = threads <= 32  # a warp, or part of one (several rows a warp): shuffles alone
-                grid = RowGrid(BLOCK_SIZE // threads) if warp else RowGrid(1, threads)
+                longest = blocks * count * threads * w
+                warp = threads <= 32 and blocks == 1  # a warp, or part of one (several rows a warp): shuffles alone
+                grid = RowGrid(BLOCK_SIZE // threads) if warp else RowGrid(1, threads, blocks if blocks > 1 else 0)
                 # a block of 512 may take 128 registers a thread (__launch_bounds__(512, 1)):
                 # ptxas then keeps about 8 more (measured on the examples)
                 roomy = RESIDENT_ROOMY_REGS if threads == 512 else 0
-                out.append(Variant(f"{name}_r{threads}{suffix}", w, grid,
+                cluster = f"_c{blocks}" if blocks > 1 else ""
+                out.append(Variant(f"{name}{cluster}_r{threads}{suffix}", w, grid,
                                    regs(warp, round(count * w * peak) + roomy),
                                    max_row=longest, row_resident=count, **vector))
         # Rows held in registers up to `longest` elements: a variant with the same needs
@@ -220,11 +233,13 @@ def _resident_peak(kernel: Kernel, cached: list) -> float:
     return peak
 
 
-def _resident_vectors(threads: int, width: int, itemsize: int) -> int:
+def _resident_vectors(threads: int, width: int, itemsize: int, cluster: bool = False) -> int:
     """The vectors of `width` elements a thread of `threads` keeps of its row:
     RESIDENT_ELEMENTS, or in a block of 128 to 512 threads RESIDENT_BLOCK_BYTES
     (more elements of a narrow type: bytes in flight a thread; 1,024 threads keep
-    to 64 registers a thread)."""
+    to 64 registers a thread); in a cluster's block, CLUSTER_ELEMENTS."""
+    if cluster:
+        return max(1, CLUSTER_ELEMENTS // width)
     if 128 <= threads <= 512:
         return max(1, RESIDENT_BLOCK_BYTES // (width * itemsize))
     return max(1, RESIDENT_ELEMENTS // width)

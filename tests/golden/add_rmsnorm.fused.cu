@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // add_rmsnorm_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
@@ -125,6 +156,7 @@ extern "C" __global__ void add_rmsnorm_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -174,6 +206,7 @@ extern "C" __global__ void add_rmsnorm_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     float* residual_row = reinterpret_cast<float*>(fz_smem + e1 * 4);
@@ -222,6 +255,7 @@ extern "C" __global__ void add_rmsnorm_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -267,6 +301,7 @@ extern "C" __global__ void add_rmsnorm_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -338,6 +373,7 @@ extern "C" __global__ void add_rmsnorm_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -409,6 +445,7 @@ extern "C" __global__ void add_rmsnorm_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -479,6 +516,7 @@ extern "C" __global__ void add_rmsnorm_k0_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -547,6 +585,7 @@ extern "C" __global__ void add_rmsnorm_k0_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -615,6 +654,7 @@ extern "C" __global__ void add_rmsnorm_k0_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -683,6 +723,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -751,6 +792,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -806,6 +848,302 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k0_r1024_v4(
       }
     }
 }
+// add_rmsnorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 81 registers.
+extern "C" __global__ void add_rmsnorm_k0_c4_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 81 registers.
+extern "C" __global__ void add_rmsnorm_k0_c8_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 81 registers.
+extern "C" __global__ void add_rmsnorm_k0_c16_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 89 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k0_c16_r512_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = residual_reg[r].v[k];
+        const float v2 = v0 + v1;
+        const float v3 = v2 * v2;
+        held[r].v[k] = v2;
+        acc = fz_sum_op()(acc, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v4 = acc / length;
+    const float v5 = v4 + eps;
+    const float v6 = rsqrtf(v5);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v7 = w_v.v[k];
+        const float v8 = held[r].v[k] * v6;
+        const float v9 = v8 * v7;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v9;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // add_rmsnorm_k0_v4: one block per row; estimated 30 registers.
 extern "C" __global__ void add_rmsnorm_k0_v4(
     const float* __restrict__ x,
@@ -819,6 +1157,7 @@ extern "C" __global__ void add_rmsnorm_k0_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -982,6 +1321,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // add_rmsnorm_bf16_k0: h -> row_mean -> y over [rows, cols]
 // reads x, residual, w (broadcast); writes h, y
@@ -997,6 +1367,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1052,6 +1423,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     __nv_bfloat16* residual_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + e1 * 2);
@@ -1106,6 +1478,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1157,6 +1530,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1233,6 +1607,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1309,6 +1684,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1384,6 +1760,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<__nv_bfloat16, 8> residual_reg[2];
@@ -1457,6 +1834,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<__nv_bfloat16, 8> residual_reg[4];
@@ -1530,6 +1908,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<__nv_bfloat16, 8> residual_reg[4];
@@ -1603,6 +1982,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<__nv_bfloat16, 8> residual_reg[4];
@@ -1663,6 +2043,322 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
       }
     }
 }
+// add_rmsnorm_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 65 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 65 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 65 registers.
+extern "C" __global__ void add_rmsnorm_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// add_rmsnorm_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 73 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ residual,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ h,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<__nv_bfloat16, 8> residual_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = __bfloat162float(residual_reg[r].v[k]);
+        const float v2 = v0 + v1;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        const float v4 = v3 * v3;
+        const float v5 = (float)v4;
+        held[r].v[k] = v3;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> h_out;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v9 = __bfloat162float(w_v.v[k]);
+        const float v10 = (float)held[r].v[k];
+        const float v11 = v10 * v8;
+        const float v12 = (float)v9;
+        const float v13 = v11 * v12;
+        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
+        h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
+        y_out.v[k] = __float2bfloat16_rn(v14);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // add_rmsnorm_bf16_k0_v8: one block per row; estimated 30 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -1676,6 +2372,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;

@@ -117,6 +117,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // cross_entropy_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
@@ -129,6 +160,7 @@ extern "C" __global__ void cross_entropy_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -136,7 +168,6 @@ extern "C" __global__ void cross_entropy_k0_warp(
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -144,13 +175,12 @@ extern "C" __global__ void cross_entropy_k0_warp(
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (lane == 0) {
@@ -168,12 +198,12 @@ extern "C" __global__ void cross_entropy_k0(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -181,13 +211,12 @@ extern "C" __global__ void cross_entropy_k0(
 
         const float v2 = logits[i];
         fz_lse_add(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -203,6 +232,7 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -213,7 +243,6 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8 + lane) * 4;
@@ -228,7 +257,7 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -249,9 +278,8 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
-    hits = fz_warp_combine(hits, fz_sum_op(), 8);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (lane == 0 && live) {
@@ -267,6 +295,7 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -277,7 +306,6 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 16 + lane) * 4;
@@ -292,7 +320,7 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -313,9 +341,8 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
-    hits = fz_warp_combine(hits, fz_sum_op(), 16);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (lane == 0 && live) {
@@ -331,6 +358,7 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -339,7 +367,6 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -354,7 +381,7 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -375,9 +402,8 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (lane == 0) {
@@ -395,13 +421,13 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -416,7 +442,7 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -437,9 +463,8 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -457,13 +482,13 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -478,7 +503,7 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -499,9 +524,8 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -519,13 +543,13 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -540,7 +564,7 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -561,9 +585,8 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -581,13 +604,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -602,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -623,9 +646,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -643,13 +665,13 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -664,7 +686,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
         const float v2 = logits_v.v[k];
         lse_in[r].v[k] = v2;
         acc.m = fz_max_op()(acc.m, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
       }
     }
@@ -685,14 +707,281 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
         loss[row] = v4;
     }
+}
+// cross_entropy_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c4_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+        if (col == v0) acc_ = v2;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c8_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+        if (col == v0) acc_ = v2;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c16_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+        if (col == v0) acc_ = v2;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 59 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_c16_r512_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+        if (col == v0) acc_ = v2;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k0_v4: one block per row; estimated 28 registers.
 extern "C" __global__ void cross_entropy_k0_v4(
@@ -705,12 +994,12 @@ extern "C" __global__ void cross_entropy_k0_v4(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -721,14 +1010,13 @@ extern "C" __global__ void cross_entropy_k0_v4(
         const long long col = c + k;
         const float v2 = logits_v.v[k];
         fz_lse_add(acc, v2);
-        if (col == v0) { acc_ = v2; hits = 1; }
+        if (col == v0) acc_ = v2;
       }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v3 = lse - picked;
     const float v4 = v1 ? 0.0f : v3;
     if (threadIdx.x == 0) {
@@ -985,6 +1273,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
@@ -997,6 +1316,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1004,7 +1324,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1013,13 +1332,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
         fz_lse_add(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (lane == 0) {
@@ -1037,12 +1355,12 @@ extern "C" __global__ void cross_entropy_bf16_k0(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1051,13 +1369,12 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         const float v2 = __bfloat162float(logits[i]);
         const float v3 = (float)v2;
         fz_lse_add(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
@@ -1073,6 +1390,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1083,7 +1401,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 8 + lane) * 8;
@@ -1099,7 +1416,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1120,9 +1437,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
-    hits = fz_warp_combine(hits, fz_sum_op(), 8);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (lane == 0 && live) {
@@ -1138,6 +1454,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1148,7 +1465,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 16 + lane) * 8;
@@ -1164,7 +1480,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1185,9 +1501,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     }
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
-    hits = fz_warp_combine(hits, fz_sum_op(), 16);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (lane == 0 && live) {
@@ -1203,6 +1518,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1211,7 +1527,6 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -1227,7 +1542,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1248,9 +1563,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     }
     acc = fz_warp_combine(acc, fz_lse_op());
     acc_ = fz_warp_combine(acc_, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (lane == 0) {
@@ -1268,13 +1582,13 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1290,7 +1604,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1311,9 +1625,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
@@ -1331,13 +1644,13 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1353,7 +1666,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1374,9 +1687,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
@@ -1394,13 +1706,13 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1416,7 +1728,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1437,9 +1749,8 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
@@ -1457,13 +1768,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1479,7 +1790,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         const float v3 = (float)v2;
         lse_in[r].v[k] = v3;
         acc.m = fz_max_op()(acc.m, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
       }
     }
@@ -1500,14 +1811,285 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {
         loss[row] = v5;
     }
+}
+// cross_entropy_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+        if (col == v0) acc_ = v3;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+        if (col == v0) acc_ = v3;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+        if (col == v0) acc_ = v3;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 59 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ loss,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+    float acc_ = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+        if (col == v0) acc_ = v3;
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float lse = fz_lse_result(acc);
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k0_v8: one block per row; estimated 28 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_v8(
@@ -1520,12 +2102,12 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     const bool v1 = v0 == (-100LL);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     float acc_ = -(float)0;
-    float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1537,14 +2119,13 @@ extern "C" __global__ void cross_entropy_bf16_k0_v8(
         const float v2 = __bfloat162float(logits_v.v[k]);
         const float v3 = (float)v2;
         fz_lse_add(acc, v3);
-        if (col == v0) { acc_ = v3; hits = 1; }
+        if (col == v0) acc_ = v3;
       }
     }
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
     const float lse = fz_lse_result(acc);
-    const float picked = hits != (float)0 ? acc_ : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc_ : (float)0;
     const float v4 = lse - picked;
     const float v5 = v1 ? 0.0f : v4;
     if (threadIdx.x == 0) {

@@ -117,6 +117,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // cross_entropy_k0_counted: counted over [rows, 1]
 // reads label; writes counted
@@ -174,6 +205,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -199,6 +231,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -221,6 +254,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -270,6 +304,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -319,6 +354,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -367,6 +403,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -413,6 +450,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -459,6 +497,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -505,6 +544,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -551,6 +591,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -588,6 +629,214 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
         row_logsumexp_0[row] = lse;
     }
 }
+// cross_entropy_k1_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_c4_r256_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k1_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_c8_r256_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k1_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_k1_row_logsumexp_c16_r256_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k1_row_logsumexp_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsumexp_c16_r512_v4(
+    const float* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = logits_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // cross_entropy_k1_row_logsumexp_v4: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const float* __restrict__ logits,
@@ -597,6 +846,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -627,23 +877,22 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
     }
     acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -658,21 +907,20 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -686,6 +934,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -693,7 +942,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8 + lane) * 4;
@@ -706,13 +954,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op(), 8);
-    hits = fz_warp_combine(hits, fz_sum_op(), 8);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -726,6 +973,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -733,7 +981,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 16 + lane) * 4;
@@ -746,13 +993,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op(), 16);
-    hits = fz_warp_combine(hits, fz_sum_op(), 16);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -766,12 +1012,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -784,13 +1030,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -805,10 +1050,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -821,13 +1066,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -842,10 +1086,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -858,13 +1102,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -879,10 +1122,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -895,13 +1138,12 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -916,10 +1158,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -932,13 +1174,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -953,10 +1194,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -969,16 +1210,179 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
+}
+// cross_entropy_k2_row_pick_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 33 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) acc = v1;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 33 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) acc = v1;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 33 registers.
+extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) acc = v1;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_k2_row_pick_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 41 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c16_r512_v4(
+    const float* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = logits_v.v[k];
+        if (col == v0) acc = v1;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k2_row_pick_v4: one block per row; estimated 25 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_v4(
@@ -990,10 +1394,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1003,12 +1407,11 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) { acc = v1; hits = 1; }
+        if (col == v0) acc = v1;
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1343,6 +1746,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // cross_entropy_bf16_k0_counted: counted over [rows, 1]
 // reads label; writes counted
@@ -1400,6 +1834,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1426,6 +1861,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -1449,6 +1885,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1499,6 +1936,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1549,6 +1987,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1598,6 +2037,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1645,6 +2085,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1692,6 +2133,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1739,6 +2181,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1777,6 +2220,218 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
         row_logsumexp_0[row] = lse;
     }
 }
+// cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k1_row_logsumexp_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_logsumexp_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(logits_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // cross_entropy_bf16_k1_row_logsumexp_v8: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const __nv_bfloat16* __restrict__ logits,
@@ -1786,6 +2441,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
@@ -1817,12 +2473,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1830,11 +2486,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
     }
     acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -1849,10 +2504,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1860,11 +2515,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1878,6 +2532,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1885,7 +2540,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 8 + lane) * 8;
@@ -1899,13 +2553,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op(), 8);
-    hits = fz_warp_combine(hits, fz_sum_op(), 8);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -1919,6 +2572,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1926,7 +2580,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 16 + lane) * 8;
@@ -1940,13 +2593,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op(), 16);
-    hits = fz_warp_combine(hits, fz_sum_op(), 16);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -1960,12 +2612,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -1979,13 +2631,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_warp_combine(acc, fz_sum_op());
-    hits = fz_warp_combine(hits, fz_sum_op());
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -2000,10 +2651,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -2017,13 +2668,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2038,10 +2688,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -2055,13 +2705,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2076,10 +2725,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -2093,13 +2742,12 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2114,10 +2762,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -2131,16 +2779,183 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
+}
+// cross_entropy_bf16_k2_row_pick_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) acc = v2;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) acc = v2;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 25 registers.
+extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) acc = v2;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// cross_entropy_bf16_k2_row_pick_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 33 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ logits,
+    const long long* __restrict__ label,
+    float* __restrict__ row_pick_1,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const long long v0 = label[row];
+    float acc = -(float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v1 = __bfloat162float(logits_v.v[k]);
+        const float v2 = (float)v1;
+        if (col == v0) acc = v2;
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
+    if (t == 0) {
+        row_pick_1[row] = picked;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k2_row_pick_v8: one block per row; estimated 25 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
@@ -2152,10 +2967,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const long long v0 = label[row];
     float acc = -(float)0;
-    float hits = 0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -2166,12 +2981,11 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) { acc = v2; hits = 1; }
+        if (col == v0) acc = v2;
       }
     }
     acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    hits = fz_block_combine(hits, fz_sum_op(), partial_float);
-    const float picked = hits != (float)0 ? acc : (float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }

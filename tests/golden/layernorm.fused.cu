@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // layernorm_k0: row_mean -> row_var -> rstd -> y over [rows, cols]
 // reads x, w (broadcast), b (broadcast); writes mean, rstd, y
@@ -126,6 +157,7 @@ extern "C" __global__ void layernorm_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -190,6 +222,7 @@ extern "C" __global__ void layernorm_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     const float length = (float)e1;
@@ -252,6 +285,7 @@ extern "C" __global__ void layernorm_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -312,6 +346,7 @@ extern "C" __global__ void layernorm_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -403,6 +438,7 @@ extern "C" __global__ void layernorm_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -494,6 +530,7 @@ extern "C" __global__ void layernorm_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -584,6 +621,7 @@ extern "C" __global__ void layernorm_k0_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -672,6 +710,7 @@ extern "C" __global__ void layernorm_k0_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -760,6 +799,7 @@ extern "C" __global__ void layernorm_k0_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -848,6 +888,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -936,6 +977,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -1010,6 +1052,386 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_r1024_v4(
         rstd[row] = v7;
     }
 }
+// layernorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_k0_c4_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_k0_c8_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_k0_c16_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 107 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_c16_r512_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    const float* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v8 = w_v.v[k];
+        const float v9 = b_v.v[k];
+        const float v10 = held[r].v[k] * v7;
+        const float v11 = v10 * v8;
+        const float v12 = v11 + v9;
+        y_out.v[k] = v12;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v1;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // layernorm_k0_v4: one block per row; estimated 33 registers.
 extern "C" __global__ void layernorm_k0_v4(
     const float* __restrict__ x,
@@ -1024,6 +1446,7 @@ extern "C" __global__ void layernorm_k0_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1202,6 +1625,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // layernorm_bf16_k0: row_mean -> row_var -> rstd -> y over [rows, cols]
 // reads x, w (broadcast), b (broadcast); writes mean, rstd, y
@@ -1218,6 +1672,7 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1288,6 +1743,7 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     const float length = (float)e1;
@@ -1356,6 +1812,7 @@ extern "C" __global__ void layernorm_bf16_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1422,6 +1879,7 @@ extern "C" __global__ void layernorm_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1518,6 +1976,7 @@ extern "C" __global__ void layernorm_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1614,6 +2073,7 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1709,6 +2169,7 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
@@ -1802,6 +2263,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1895,6 +2357,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1988,6 +2451,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -2067,8 +2531,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 33 registers.
-extern "C" __global__ void layernorm_bf16_k0_cached_v8(
+// layernorm_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
     const __nv_bfloat16* __restrict__ b,
@@ -2080,75 +2544,392 @@ extern "C" __global__ void layernorm_bf16_k0_cached_v8(
     const long long e0,
     const long long e1)
 {
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
+      }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
     const float v2 = acc / length;
     float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_row[col]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
       }
     }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    const float v8 = v7 + eps;
-    const float v9 = rsqrtf(v8);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v10 = __bfloat162float(x_row[col]);
-        const float v11 = __bfloat162float(w_v.v[k]);
-        const float v12 = __bfloat162float(b_v.v[k]);
-        const float v13 = (float)v10;
-        const float v14 = v13 - v2;
-        const float v15 = v14 * v9;
-        const float v16 = (float)v11;
-        const float v17 = v15 * v16;
-        const float v18 = (float)v12;
-        const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
-    if (threadIdx.x == 0) {
+    if (t == 0) {
         mean[row] = v2;
-        rstd[row] = v9;
+        rstd[row] = v7;
     }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v2;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 99 registers.
+extern "C" __global__ void layernorm_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v2;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 107 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    const __nv_bfloat16* __restrict__ b,
+    float* __restrict__ mean,
+    float* __restrict__ rstd,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    const float v6 = v5 + eps;
+    const float v7 = rsqrtf(v6);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        const fz_vec<__nv_bfloat16, 8> b_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(b + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v8 = __bfloat162float(w_v.v[k]);
+        const float v9 = __bfloat162float(b_v.v[k]);
+        const float v10 = held_[r].v[k] * v7;
+        const float v11 = (float)v8;
+        const float v12 = v10 * v11;
+        const float v13 = (float)v9;
+        const float v14 = v12 + v13;
+        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
+        y_out.v[k] = __float2bfloat16_rn(v15);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    if (t == 0) {
+        mean[row] = v2;
+        rstd[row] = v7;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k0_v8: one block per row; estimated 33 registers.
 extern "C" __global__ void layernorm_bf16_k0_v8(
@@ -2164,6 +2945,7 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;

@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // layernorm_k0_row_mean: row_mean over [rows, cols]
 // reads x; writes mean
@@ -121,6 +152,7 @@ extern "C" __global__ void layernorm_k0_row_mean_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -147,6 +179,7 @@ extern "C" __global__ void layernorm_k0_row_mean(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -170,6 +203,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -205,6 +239,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -240,6 +275,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -274,6 +310,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -306,6 +343,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -338,6 +376,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -370,6 +409,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_r512_
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -402,6 +442,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r102
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -425,6 +466,158 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r102
         mean[row] = v1;
     }
 }
+// layernorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k0_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // layernorm_k0_row_mean_v4: one block per row; estimated 27 registers.
 extern "C" __global__ void layernorm_k0_row_mean_v4(
     const float* __restrict__ x,
@@ -434,6 +627,7 @@ extern "C" __global__ void layernorm_k0_row_mean_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -464,6 +658,7 @@ extern "C" __global__ void layernorm_k1_row_var_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -502,6 +697,7 @@ extern "C" __global__ void layernorm_k1_row_var_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     const float length = (float)e1;
@@ -538,6 +734,7 @@ extern "C" __global__ void layernorm_k1_row_var(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -572,6 +769,7 @@ extern "C" __global__ void layernorm_k1_row_var_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -626,6 +824,7 @@ extern "C" __global__ void layernorm_k1_row_var_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -680,6 +879,7 @@ extern "C" __global__ void layernorm_k1_row_var_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -733,6 +933,7 @@ extern "C" __global__ void layernorm_k1_row_var_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -784,6 +985,7 @@ extern "C" __global__ void layernorm_k1_row_var_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -835,6 +1037,7 @@ extern "C" __global__ void layernorm_k1_row_var_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -886,6 +1089,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_r512_v
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -937,6 +1141,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -979,6 +1184,238 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024
         row_var_0[row] = v5;
     }
 }
+// layernorm_k1_row_var_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_k1_row_var_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // layernorm_k1_row_var_v4: one block per row; estimated 29 registers.
 extern "C" __global__ void layernorm_k1_row_var_v4(
     const float* __restrict__ x,
@@ -988,6 +1425,7 @@ extern "C" __global__ void layernorm_k1_row_var_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1255,6 +1693,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // layernorm_bf16_k0_row_mean: row_mean over [rows, cols]
 // reads x; writes mean
@@ -1266,6 +1735,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1293,6 +1763,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1317,6 +1788,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1353,6 +1825,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1389,6 +1862,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1424,6 +1898,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1457,6 +1932,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1490,6 +1966,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1523,6 +2000,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1547,6 +2025,162 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
         mean[row] = v2;
     }
 }
+// layernorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k0_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ mean,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // layernorm_bf16_k0_row_mean_v8: one block per row; estimated 27 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -1556,6 +2190,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1587,6 +2222,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1627,6 +2263,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     const float length = (float)e1;
@@ -1665,6 +2302,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1701,6 +2339,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1757,6 +2396,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1813,6 +2453,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1868,6 +2509,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
@@ -1921,6 +2563,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1974,6 +2617,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -2027,6 +2671,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -2071,51 +2716,245 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
-extern "C" __global__ void layernorm_bf16_k1_row_var_cached_v8(
+// layernorm_bf16_k1_row_var_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
     const long long e0,
     const long long e1)
 {
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
+    fz_vec<float, 8> held[4];
     float acc = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_sum_op()(acc, v1);
       }
+      }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
     const float v2 = acc / length;
     float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v3 = __bfloat162float(x_row[col]);
-        const float v4 = (float)v3;
-        const float v5 = v4 - v2;
-        const float v6 = v5 * v5;
-        acc_ = fz_sum_op()(acc_, v6);
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
       }
     }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    const float v7 = acc_ / length;
-    if (threadIdx.x == 0) {
-        row_var_0[row] = v7;
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// layernorm_bf16_k1_row_var_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_var_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k1_row_var_v8: one block per row; estimated 29 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
@@ -2126,6 +2965,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;

@@ -97,6 +97,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // log_softmax_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
@@ -108,6 +139,7 @@ extern "C" __global__ void log_softmax_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -138,6 +170,7 @@ extern "C" __global__ void log_softmax_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -166,6 +199,7 @@ extern "C" __global__ void log_softmax_k0(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -192,6 +226,7 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -255,6 +290,7 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -318,6 +354,7 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -380,6 +417,7 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> lse_in[4];
@@ -440,6 +478,7 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> lse_in[4];
@@ -500,6 +539,7 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> lse_in[4];
@@ -560,6 +600,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> lse_in[4];
@@ -620,6 +661,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> lse_in[4];
@@ -671,6 +713,270 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       }
     }
 }
+// log_softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - lse;
+        y_out.v[k] = v2;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // log_softmax_k0_v4: one block per row; estimated 23 registers.
 extern "C" __global__ void log_softmax_k0_v4(
     const float* __restrict__ x,
@@ -680,6 +986,7 @@ extern "C" __global__ void log_softmax_k0_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -810,6 +1117,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // log_softmax_bf16_k0: row_logsumexp -> y over [rows, cols]
 // reads x; writes y
@@ -821,6 +1159,7 @@ extern "C" __global__ void log_softmax_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -854,6 +1193,7 @@ extern "C" __global__ void log_softmax_bf16_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -885,6 +1225,7 @@ extern "C" __global__ void log_softmax_bf16_k0(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -914,6 +1255,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -980,6 +1322,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1046,6 +1389,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1111,6 +1455,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
@@ -1174,6 +1519,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1237,6 +1583,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1300,6 +1647,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1354,46 +1702,281 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       }
     }
 }
-// log_softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 23 registers.
-extern "C" __global__ void log_softmax_bf16_k0_cached_v8(
+// log_softmax_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
     const long long n,
     const long long e0,
     const long long e1)
 {
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
-        fz_lse_add(acc, v1);
+        held[r].v[k] = v1;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
       }
     }
-    acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
     const float lse = fz_lse_result(acc);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_row[col]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - lse;
+        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
+        y_out.v[k] = __float2bfloat16_rn(v3);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // log_softmax_bf16_k0_v8: one block per row; estimated 23 registers.
 extern "C" __global__ void log_softmax_bf16_k0_v8(
@@ -1404,6 +1987,7 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {

@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // log_softmax_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
@@ -121,6 +152,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -146,6 +178,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -168,6 +201,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -217,6 +251,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -266,6 +301,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -314,6 +350,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -360,6 +397,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -406,6 +444,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -452,6 +491,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -498,6 +538,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -535,6 +576,214 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
         row_logsumexp_0[row] = lse;
     }
 }
+// log_softmax_k0_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_k0_row_logsumexp_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_k0_row_logsumexp_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumexp_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        lse_in[r].v[k] = v0;
+        acc.m = fz_max_op()(acc.m, v0);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // log_softmax_k0_row_logsumexp_v4: one block per row; estimated 22 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
     const float* __restrict__ x,
@@ -544,6 +793,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_v4(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -724,6 +974,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // log_softmax_bf16_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
@@ -735,6 +1016,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -761,6 +1043,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -784,6 +1067,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -834,6 +1118,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -884,6 +1169,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -933,6 +1219,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[2];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -980,6 +1267,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1027,6 +1315,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1074,6 +1363,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
@@ -1112,6 +1402,218 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
         row_logsumexp_0[row] = lse;
     }
 }
+// log_softmax_bf16_k0_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// log_softmax_bf16_k0_row_logsumexp_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_logsumexp_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ row_logsumexp_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        lse_in[r].v[k] = v1;
+        acc.m = fz_max_op()(acc.m, v1);
+      }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        if (e == e) acc.s += e;  // NaN: equal infinities
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    const float lse = fz_lse_result(acc);
+    if (t == 0) {
+        row_logsumexp_0[row] = lse;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // log_softmax_bf16_k0_row_logsumexp_v8: one block per row; estimated 22 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -1121,6 +1623,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_v8(
     const long long e1)
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {

@@ -343,6 +343,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // bias_residual_rmsnorm_k0: h -> row_mean -> y over [rows, cols]
 // reads d, b (broadcast), residual, w (broadcast); writes h, y
@@ -359,6 +390,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -413,6 +445,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* d_row = reinterpret_cast<float*>(fz_smem + 0);
     float* residual_row = reinterpret_cast<float*>(fz_smem + e1 * 4);
@@ -466,6 +499,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -516,6 +550,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -591,6 +626,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -666,6 +702,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -740,6 +777,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> d_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -812,6 +850,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> d_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -884,6 +923,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> d_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -956,6 +996,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k0_r5
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> d_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -1028,6 +1069,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) bias_residual_rmsnorm_k0_r
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> d_reg[4];
     fz_vec<float, 4> residual_reg[4];
@@ -1086,6 +1128,318 @@ extern "C" __global__ void __launch_bounds__(1024, 1) bias_residual_rmsnorm_k0_r
       }
     }
 }
+// bias_residual_rmsnorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 97 registers.
+extern "C" __global__ void bias_residual_rmsnorm_k0_c4_r256_v4(
+    const float* __restrict__ d,
+    const float* __restrict__ b,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> d_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        d_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = d_reg[r].v[k];
+        const float v1 = b_v.v[k];
+        const float v2 = residual_reg[r].v[k];
+        const float v3 = v0 + v1;
+        const float v4 = v3 + v2;
+        const float v5 = v4 * v4;
+        held[r].v[k] = v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v9 = w_v.v[k];
+        const float v10 = held[r].v[k] * v8;
+        const float v11 = v10 * v9;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v11;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// bias_residual_rmsnorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 97 registers.
+extern "C" __global__ void bias_residual_rmsnorm_k0_c8_r256_v4(
+    const float* __restrict__ d,
+    const float* __restrict__ b,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> d_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        d_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = d_reg[r].v[k];
+        const float v1 = b_v.v[k];
+        const float v2 = residual_reg[r].v[k];
+        const float v3 = v0 + v1;
+        const float v4 = v3 + v2;
+        const float v5 = v4 * v4;
+        held[r].v[k] = v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v9 = w_v.v[k];
+        const float v10 = held[r].v[k] * v8;
+        const float v11 = v10 * v9;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v11;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// bias_residual_rmsnorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 97 registers.
+extern "C" __global__ void bias_residual_rmsnorm_k0_c16_r256_v4(
+    const float* __restrict__ d,
+    const float* __restrict__ b,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> d_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        d_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = d_reg[r].v[k];
+        const float v1 = b_v.v[k];
+        const float v2 = residual_reg[r].v[k];
+        const float v3 = v0 + v1;
+        const float v4 = v3 + v2;
+        const float v5 = v4 * v4;
+        held[r].v[k] = v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v9 = w_v.v[k];
+        const float v10 = held[r].v[k] * v8;
+        const float v11 = v10 * v9;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v11;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// bias_residual_rmsnorm_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 105 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k0_c16_r512_v4(
+    const float* __restrict__ d,
+    const float* __restrict__ b,
+    const float* __restrict__ residual,
+    const float* __restrict__ w,
+    float* __restrict__ h,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> d_reg[8];
+    fz_vec<float, 4> residual_reg[8];
+    const float length = (float)e1;
+    fz_vec<float, 4> held[8];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        d_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(d + i);
+        const fz_vec<float, 4> b_v = *reinterpret_cast<const fz_vec<float, 4>*>(b + c1);
+        residual_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(residual + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = d_reg[r].v[k];
+        const float v1 = b_v.v[k];
+        const float v2 = residual_reg[r].v[k];
+        const float v3 = v0 + v1;
+        const float v4 = v3 + v2;
+        const float v5 = v4 * v4;
+        held[r].v[k] = v4;
+        acc = fz_sum_op()(acc, v5);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v6 = acc / length;
+    const float v7 = v6 + eps;
+    const float v8 = rsqrtf(v7);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> h_out;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v9 = w_v.v[k];
+        const float v10 = held[r].v[k] * v8;
+        const float v11 = v10 * v9;
+        h_out.v[k] = held[r].v[k];
+        y_out.v[k] = v11;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(h + i) = h_out;
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // bias_residual_rmsnorm_k0_v4: one block per row; estimated 30 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_v4(
     const float* __restrict__ d,
@@ -1100,6 +1454,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;

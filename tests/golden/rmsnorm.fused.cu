@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // rmsnorm_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
@@ -123,6 +154,7 @@ extern "C" __global__ void rmsnorm_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -165,6 +197,7 @@ extern "C" __global__ void rmsnorm_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     const float length = (float)e1;
@@ -205,6 +238,7 @@ extern "C" __global__ void rmsnorm_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -243,6 +277,7 @@ extern "C" __global__ void rmsnorm_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -304,6 +339,7 @@ extern "C" __global__ void rmsnorm_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -365,6 +401,7 @@ extern "C" __global__ void rmsnorm_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -425,6 +462,7 @@ extern "C" __global__ void rmsnorm_k0_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -483,6 +521,7 @@ extern "C" __global__ void rmsnorm_k0_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -541,6 +580,7 @@ extern "C" __global__ void rmsnorm_k0_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -599,6 +639,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -657,6 +698,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     const float length = (float)e1;
@@ -704,6 +746,262 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
       }
     }
 }
+// rmsnorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 64 registers.
+extern "C" __global__ void rmsnorm_k0_c4_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 64 registers.
+extern "C" __global__ void rmsnorm_k0_c8_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 64 registers.
+extern "C" __global__ void rmsnorm_k0_c16_r256_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 72 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_c16_r512_v4(
+    const float* __restrict__ x,
+    const float* __restrict__ w,
+    float* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        const float v1 = v0 * v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v2 = acc / length;
+    const float v3 = v2 + eps;
+    const float v4 = rsqrtf(v3);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<float, 4> w_v = *reinterpret_cast<const fz_vec<float, 4>*>(w + c1);
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v5 = x_reg[r].v[k];
+        const float v6 = w_v.v[k];
+        const float v7 = v5 * v4;
+        const float v8 = v7 * v6;
+        y_out.v[k] = v8;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // rmsnorm_k0_v4: one block per row; estimated 29 registers.
 extern "C" __global__ void rmsnorm_k0_v4(
     const float* __restrict__ x,
@@ -715,6 +1013,7 @@ extern "C" __global__ void rmsnorm_k0_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -869,6 +1168,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // rmsnorm_bf16_k0: row_mean -> y over [rows, cols]
 // reads x, w (broadcast); writes y
@@ -882,6 +1212,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -928,6 +1259,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     const float length = (float)e1;
@@ -972,6 +1304,7 @@ extern "C" __global__ void rmsnorm_bf16_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;
@@ -1014,6 +1347,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1079,6 +1413,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1144,6 +1479,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1208,6 +1544,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     const float length = (float)e1;
@@ -1270,6 +1607,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1332,6 +1670,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1394,6 +1733,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
@@ -1445,8 +1785,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 29 registers.
-extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
+// rmsnorm_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 48 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
     __nv_bfloat16* __restrict__ y,
@@ -1455,40 +1795,51 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
     const long long e0,
     const long long e1)
 {
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     float acc = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = v0 * v0;
         const float v2 = (float)v1;
         acc = fz_sum_op()(acc, v2);
       }
+      }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
     const float v3 = acc / length;
     const float v4 = v3 + eps;
     const float v5 = rsqrtf(v4);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        // coordinates of i in the collapsed space [rows, cols]
-        const long long c1 = fz_rem(i, e1);
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
         const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_row[col]);
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
         const float v7 = __bfloat162float(w_v.v[k]);
         const float v8 = (float)v6;
         const float v9 = v8 * v5;
@@ -1498,7 +1849,213 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached_v8(
         y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 48 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
+        const float v7 = __bfloat162float(w_v.v[k]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y_out.v[k] = __float2bfloat16_rn(v12);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 48 registers.
+extern "C" __global__ void rmsnorm_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
+        const float v7 = __bfloat162float(w_v.v[k]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y_out.v[k] = __float2bfloat16_rn(v12);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// rmsnorm_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 56 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    const __nv_bfloat16* __restrict__ w,
+    __nv_bfloat16* __restrict__ y,
+    const float eps,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = v0 * v0;
+        const float v2 = (float)v1;
+        acc = fz_sum_op()(acc, v2);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    const float v3 = acc / length;
+    const float v4 = v3 + eps;
+    const float v5 = rsqrtf(v4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c1 = c;
+        const fz_vec<__nv_bfloat16, 8> w_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(w + c1);
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v6 = __bfloat162float(x_reg[r].v[k]);
+        const float v7 = __bfloat162float(w_v.v[k]);
+        const float v8 = (float)v6;
+        const float v9 = v8 * v5;
+        const float v10 = (float)v7;
+        const float v11 = v9 * v10;
+        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
+        y_out.v[k] = __float2bfloat16_rn(v12);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // rmsnorm_bf16_k0_v8: one block per row; estimated 29 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_v8(
@@ -1511,6 +2068,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     const float length = (float)e1;
     float acc = (float)0;

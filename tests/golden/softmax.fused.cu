@@ -97,6 +97,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // softmax_k0: row_max -> e -> row_sum -> y over [rows, cols]
 // reads x; writes y
@@ -108,6 +139,7 @@ extern "C" __global__ void softmax_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -149,6 +181,7 @@ extern "C" __global__ void softmax_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float* x_row = reinterpret_cast<float*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
@@ -188,6 +221,7 @@ extern "C" __global__ void softmax_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -225,6 +259,7 @@ extern "C" __global__ void softmax_k0_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -290,6 +325,7 @@ extern "C" __global__ void softmax_k0_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -355,6 +391,7 @@ extern "C" __global__ void softmax_k0_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -419,6 +456,7 @@ extern "C" __global__ void softmax_k0_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> held[4];
@@ -481,6 +519,7 @@ extern "C" __global__ void softmax_k0_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> held[4];
@@ -543,6 +582,7 @@ extern "C" __global__ void softmax_k0_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> held[4];
@@ -605,6 +645,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> held[4];
@@ -667,6 +708,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<float, 4> x_reg[4];
     fz_vec<float, 4> held[4];
@@ -720,6 +762,282 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
       }
     }
 }
+// softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 4u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 8u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // softmax_k0_v4: one block per row; estimated 28 registers.
 extern "C" __global__ void softmax_k0_v4(
     const float* __restrict__ x,
@@ -729,6 +1047,7 @@ extern "C" __global__ void softmax_k0_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -874,6 +1193,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // softmax_bf16_k0: row_max -> e -> row_sum -> y over [rows, cols]
 // reads x; writes y
@@ -885,6 +1235,7 @@ extern "C" __global__ void softmax_bf16_k0_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -930,6 +1281,7 @@ extern "C" __global__ void softmax_bf16_k0_cached(
 {
     extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
     float acc = __int_as_float(0xff800000);
@@ -973,6 +1325,7 @@ extern "C" __global__ void softmax_bf16_k0(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -1014,6 +1367,7 @@ extern "C" __global__ void softmax_bf16_k0_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1082,6 +1436,7 @@ extern "C" __global__ void softmax_bf16_k0_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1150,6 +1505,7 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1217,6 +1573,7 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[2];
     fz_vec<float, 8> held[2];
@@ -1282,6 +1639,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1347,6 +1705,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1412,6 +1771,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     fz_vec<float, 8> held[4];
@@ -1468,61 +1828,293 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
       }
     }
 }
-// softmax_bf16_k0_cached_v8: one block per row, its inputs kept in shared memory between passes; estimated 28 registers.
-extern "C" __global__ void softmax_bf16_k0_cached_v8(
+// softmax_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void softmax_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
     const long long n,
     const long long e0,
     const long long e1)
 {
-    extern __shared__ __align__(16) unsigned char fz_smem[];  // the row's inputs, kept for the next passes
     __shared__ float partial_float[32];  // one value per warp
-    const long long row = blockIdx.x;
-    __nv_bfloat16* x_row = reinterpret_cast<__nv_bfloat16*>(fz_smem + 0);
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
     float acc = __int_as_float(0xff800000);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
-        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v0 = __bfloat162float((x_row[col] = x_v.v[k]));
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
         const float v1 = (float)v0;
+        held[r].v[k] = v1;
         acc = fz_max_op()(acc, v1);
       }
+      }
     }
-    acc = fz_block_combine(acc, fz_max_op(), partial_float);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 4u);
     float acc_ = (float)0;
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v2 = __bfloat162float(x_row[col]);
-        const float v3 = (float)v2;
-        const float v4 = v3 - acc;
-        const float v5 = expf(v4);
-        acc_ = fz_sum_op()(acc_, v5);
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
       }
     }
-    acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
-    for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
         const long long i = row * e1 + c;
         fz_vec<__nv_bfloat16, 8> y_out;
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_row[col]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
     }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void softmax_bf16_k0_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 8u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void softmax_bf16_k0_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    __nv_bfloat16* __restrict__ y,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    fz_vec<float, 8> held[4];
+    fz_vec<float, 8> held_[4];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = held[r].v[k] - acc;
+        const float v3 = expf(v2);
+        held_[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
+    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<__nv_bfloat16, 8> y_out;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v4 = held_[r].v[k] / acc_;
+        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
+        y_out.v[k] = __float2bfloat16_rn(v5);
+      }
+        *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
+      }
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // softmax_bf16_k0_v8: one block per row; estimated 28 registers.
 extern "C" __global__ void softmax_bf16_k0_v8(
@@ -1533,6 +2125,7 @@ extern "C" __global__ void softmax_bf16_k0_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {

@@ -110,6 +110,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // softmax_k0_row_max: row_max over [rows, cols]
 // reads x; writes m
@@ -121,6 +152,7 @@ extern "C" __global__ void softmax_k0_row_max_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -145,6 +177,7 @@ extern "C" __global__ void softmax_k0_row_max(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -166,6 +199,7 @@ extern "C" __global__ void softmax_k0_row_max_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -199,6 +233,7 @@ extern "C" __global__ void softmax_k0_row_max_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -232,6 +267,7 @@ extern "C" __global__ void softmax_k0_row_max_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -264,6 +300,7 @@ extern "C" __global__ void softmax_k0_row_max_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -294,6 +331,7 @@ extern "C" __global__ void softmax_k0_row_max_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -324,6 +362,7 @@ extern "C" __global__ void softmax_k0_row_max_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -354,6 +393,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -384,6 +424,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -405,6 +446,150 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v
         m[row] = acc;
     }
 }
+// softmax_k0_row_max_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c4_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 4u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_row_max_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c8_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 8u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_row_max_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c16_r256_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k0_row_max_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_c16_r512_v4(
+    const float* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // softmax_k0_row_max_v4: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_k0_row_max_v4(
     const float* __restrict__ x,
@@ -414,6 +599,7 @@ extern "C" __global__ void softmax_k0_row_max_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -491,6 +677,7 @@ extern "C" __global__ void softmax_k2_row_sum_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -515,6 +702,7 @@ extern "C" __global__ void softmax_k2_row_sum(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -536,6 +724,7 @@ extern "C" __global__ void softmax_k2_row_sum_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -569,6 +758,7 @@ extern "C" __global__ void softmax_k2_row_sum_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -602,6 +792,7 @@ extern "C" __global__ void softmax_k2_row_sum_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -634,6 +825,7 @@ extern "C" __global__ void softmax_k2_row_sum_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -664,6 +856,7 @@ extern "C" __global__ void softmax_k2_row_sum_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -694,6 +887,7 @@ extern "C" __global__ void softmax_k2_row_sum_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -724,6 +918,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_r512_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -754,6 +949,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -775,6 +971,150 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v
         row_sum_0[row] = acc;
     }
 }
+// softmax_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c4_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c8_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c16_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_c16_r512_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // softmax_k2_row_sum_v4: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_k2_row_sum_v4(
     const float* __restrict__ e,
@@ -784,6 +1124,7 @@ extern "C" __global__ void softmax_k2_row_sum_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
@@ -963,6 +1304,37 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     return v;
 }
 #endif
+#ifndef FZ_HELPER_CLUSTERS
+#define FZ_HELPER_CLUSTERS
+// Combines every thread's value across a thread-block cluster of `blocks` blocks
+// (a power of two; distributed shared memory, sm_90): each block's combined
+// value goes to its slot[0]; after the cluster's barrier the first warp of
+// every block reads the blocks' values (lane r rank r's) and combines them by
+// an xor tree, so every block gets the same result in the same order, passed to
+// its threads in slot[1]. Each combine has slots of its own, so one barrier
+// across the cluster suffices; fz_cluster_exit keeps every block until the
+// others have read its slots.
+template <typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+{
+    v = fz_block_combine(v, op, partial);
+    if (threadIdx.x == 0u) slot[0] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (threadIdx.x < 32u) {
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
+        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        if (threadIdx.x == 0u) slot[1] = v;
+    }
+    __syncthreads();
+    return slot[1];
+}
+__device__ __forceinline__ void fz_cluster_exit()
+{
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+}
+#endif
 
 // softmax_bf16_k0_row_max: row_max over [rows, cols]
 // reads x; writes m
@@ -974,6 +1346,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -999,6 +1372,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -1021,6 +1395,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r8_v8(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1055,6 +1430,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r16_v8(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1089,6 +1465,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r32_v8(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1122,6 +1499,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r64_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -1153,6 +1531,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r128_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -1184,6 +1563,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -1215,6 +1595,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
 #pragma unroll
@@ -1237,6 +1618,154 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
         m[row] = acc;
     }
 }
+// softmax_bf16_k0_row_max_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c4_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 4u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_row_max_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c8_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 8u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_row_max_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c16_r256_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k0_row_max_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_c16_r512_v8(
+    const __nv_bfloat16* __restrict__ x,
+    float* __restrict__ m,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_max_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        m[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // softmax_bf16_k0_row_max_v8: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_v8(
     const __nv_bfloat16* __restrict__ x,
@@ -1246,6 +1775,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_v8(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = __int_as_float(0xff800000);
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
@@ -1326,6 +1856,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_warp(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1350,6 +1881,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
@@ -1371,6 +1903,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r8_v4(
     const long long e0,
     const long long e1)
 {
+
     // 32 rows a block, 8 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 32 + threadIdx.x / 8 < e0;
@@ -1404,6 +1937,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r16_v4(
     const long long e0,
     const long long e1)
 {
+
     // 16 rows a block, 16 lanes each; a group past the last row
     // computes that row again and stores nothing (its warp's shuffles need every lane)
     const bool live = (long long)blockIdx.x * 16 + threadIdx.x / 16 < e0;
@@ -1437,6 +1971,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r32_v4(
     const long long e0,
     const long long e1)
 {
+
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
@@ -1469,6 +2004,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r64_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -1499,6 +2035,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r128_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -1529,6 +2066,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r256_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -1559,6 +2097,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_r51
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -1589,6 +2128,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
 #pragma unroll
@@ -1610,6 +2150,150 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1
         row_sum_0[row] = acc;
     }
 }
+// softmax_bf16_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c4_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 4;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c8_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 8;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c16_r256_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 256u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
+// softmax_bf16_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_c16_r512_v4(
+    const float* __restrict__ e,
+    float* __restrict__ row_sum_0,
+    const long long n,
+    const long long e0,
+    const long long e1)
+{
+    __shared__ float partial_float[32];  // one value per warp
+
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
+    const unsigned rank = __clusterRelativeBlockRank();
+    const long long row = blockIdx.x / 16;
+    const unsigned t = rank * 512u + threadIdx.x;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 8192 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
+    }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
+    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    if (t == 0) {
+        row_sum_0[row] = acc;
+    }
+    fz_cluster_exit();  // the others may still read this block's shared memory
+}
 // softmax_bf16_k2_row_sum_v4: one block per row; estimated 21 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_v4(
     const float* __restrict__ e,
@@ -1619,6 +2303,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_v4(
     const long long e1)
 {
     __shared__ float partial_float[32];  // one value per warp
+
     const long long row = blockIdx.x;
     float acc = (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {

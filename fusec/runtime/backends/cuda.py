@@ -26,7 +26,7 @@ import numpy as np
 from fusec import __version__, cache
 from fusec.errors import ArgumentError
 from fusec.interop import torch_arrays
-from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam, block_threads
+from fusec.ir.launch import KernelParam, LaunchInterface, SignatureParam, block_threads, cluster_blocks
 from fusec.runtime.binder import ArrayKind, OwnArrays
 from fusec.runtime.packing import ArgumentBuffer
 from fusec.target import BLOCK_SIZE
@@ -274,26 +274,63 @@ class CudaBackend:
         module = load_module(cuda_source, self.arch, interface.fast_math)
         self._source, self._fast_math, self._report = cuda_source, interface.fast_math, None
         self.functions = {}  # variant -> (function, block, argument buffer)
+        self._clusters: dict[str, int] = {}  # variant -> blocks a thread-block cluster (1: none)
         for launch in interface.kernels:
             for variant in launch.variants:
                 function = checked(self.driver.cuModuleGetFunction(module, variant.name.encode()))
                 # The block is as large as the function's real register use allows.
                 block = min(block_threads(variant, BLOCK_SIZE),
                             function_attribute(function, "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"))
+                cluster = cluster_blocks(variant)
+                if cluster > 1 and not self._clusters_fit(function, block, cluster):
+                    block = 0  # the device cannot run one such cluster: the runtime takes another variant
                 self.functions[variant.name] = (function, block, ArgumentBuffer(launch.params))
+                self._clusters[variant.name] = cluster
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}
+
+    def _launch_config(self, grid: int, block: int, shared_bytes: int, cluster: int):
+        """cuLaunchKernelEx's configuration of a launch in clusters of `cluster` blocks."""
+        d = self.driver
+        config = d.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+        config.sharedMemBytes = shared_bytes
+        attribute = d.CUlaunchAttribute()
+        attribute.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+        config.attrs, config.numAttrs = [attribute], 1
+        return config
+
+    def _clusters_fit(self, function, block: int, cluster: int) -> bool:
+        """Whether the device can run a cluster of `cluster` blocks of `function`
+        at once (more than 8 blocks: allowed where the device has them)."""
+        d = self.driver
+        if cluster > 8:
+            error, = d.cuFuncSetAttribute(
+                function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            if error:
+                return False
+        return self._active_clusters(function, block, cluster) > 0
+
+    def _active_clusters(self, function, block: int, cluster: int) -> int:
+        error, count = self.driver.cuOccupancyMaxActiveClusters(function, self._launch_config(cluster, block, 0, cluster))
+        return 0 if error else count
 
     def attributes(self, variant: str) -> dict:
         """What the compiled function really uses, for the report."""
         function, block, _ = self.functions[variant]
         local = function_attribute(function, "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")
         reported = self._ptxas().get(variant)
-        return {"arch": self.arch, "num_regs": function_attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS"),
-                "local_size_bytes": local,
-                # spills as ptxas counted them; without its report, all local memory is taken for spills
-                "spill_bytes": reported["spill_bytes"] if reported else local,
-                "block": block}
+        attributes = {"arch": self.arch, "num_regs": function_attribute(function, "CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                      "local_size_bytes": local,
+                      # spills as ptxas counted them; without its report, all local memory is taken for spills
+                      "spill_bytes": reported["spill_bytes"] if reported else local,
+                      "block": block}
+        cluster = self._clusters[variant]
+        if cluster > 1:  # how many of its clusters the device runs at once (0: none; the runtime skips it)
+            attributes["clusters_at_once"] = self._active_clusters(function, block, cluster) if block else 0
+        return attributes
 
     def _ptxas(self) -> dict:
         """ptxas's report of this module's functions ({} when the module was PTX JIT-compiled by the driver)."""
@@ -328,6 +365,18 @@ class CudaBackend:
         function, _, arguments = self.functions[variant]
         launch, current, lock, fill = self.driver.cuLaunchKernel, self.cp.cuda.get_current_stream, \
             arguments.lock, arguments.fill
+        cluster = self._clusters[variant]
+        if cluster > 1:  # the extended launch, with the cluster's dimensions
+            config, launch_ex, stream_of = self._launch_config(grid, block, shared_bytes, cluster), \
+                self.driver.cuLaunchKernelEx, self.driver.CUstream
+
+            def fire_cluster(args, stream=None):
+                with lock:  # the buffer and the configuration are the driver's until the launch returns
+                    config.hStream = stream_of((current() if stream is None else stream).ptr)
+                    error, = launch_ex(config, function, fill(args), 0)
+                if error:
+                    checked((error,))
+            return fire_cluster
 
         def fire(args, stream=None):
             handle = (current() if stream is None else stream).ptr

@@ -25,6 +25,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -181,7 +182,8 @@ inline void fz_sim_make(fz_sim_context& c, char* stack, size_t bytes, void (*ent
 }
 #endif
 
-enum fz_sim_state : unsigned char { FZ_SIM_READY, FZ_SIM_AT_BARRIER, FZ_SIM_AT_WARP_OP, FZ_SIM_RETURNED };
+enum fz_sim_state : unsigned char { FZ_SIM_READY, FZ_SIM_AT_BARRIER, FZ_SIM_AT_WARP_OP, FZ_SIM_AT_CLUSTER,
+                                     FZ_SIM_RETURNED };
 constexpr unsigned FZ_SIM_BEYOND = 32;  // a shuffle's source: a lane the block does not have
 
 struct fz_sim_thread {
@@ -191,12 +193,13 @@ struct fz_sim_thread {
     unsigned src;              // the lane a shuffle reads
     const char* op;            // the barrier or warp operation it waits at
     unsigned long long value;  // its value at a shuffle; then the value it gets
+    bool cluster_arrived;      // arrived at the cluster's barrier, not yet waited
 };
 
 // One block's threads, while a cooperative launch runs it.
 struct fz_sim_block {
     fz_sim_thread* threads;
-    unsigned n, current, arrived, returned;
+    unsigned n, current, arrived, returned, cluster_waiting;
     unsigned warp_arrived[32];
     fz_sim_context launcher;
     void (*body)(void*);
@@ -235,6 +238,9 @@ inline fz_sim_block* fz_sim_running = nullptr;  // null: no cooperative launch (
                         lane[other].state == FZ_SIM_RETURNED ? "returned without reaching it"
                                                              : "waits at __syncthreads()");
     }
+    if (r.cluster_waiting && gone < r.n)
+        fz_sim_fail("block %u: the cluster's barrier reached by %u of its %u threads; the others returned without "
+                    "reaching it (thread %u did)", blockIdx.x, r.cluster_waiting, r.n, gone);
     fz_sim_fail("block %u: its threads wait at barriers that none can pass", blockIdx.x);
 }
 
@@ -253,6 +259,10 @@ inline void fz_sim_yield(fz_sim_block& r)
             return;
         }
     } while (i != me);
+    if (r.cluster_waiting == r.n) {  // the whole block waits at its cluster's barrier:
+        fz_sim_swap(r.threads[me].context, r.launcher);  // back when every block of the cluster has arrived
+        return;
+    }
     fz_sim_fail_stuck(r);
 }
 
@@ -286,6 +296,72 @@ inline void __syncthreads()
         for (unsigned i = 0; i < r->n; ++i) r->threads[i].state = FZ_SIM_READY;
     }
     fz_sim_yield(*r);
+}
+
+// ---- Thread-block clusters (sm_90): a barrier across blocks, their shared memory
+//
+// A cluster's blocks each run on an OS thread of their own (each its own copy
+// of shared memory, which is thread_local), one at a time: a block runs until
+// all its threads wait at the cluster's barrier (or return), then the next
+// block of the cluster runs; when all wait, all go on, lowest rank first.
+// Deterministic like the rest. A block that returns while others wait at the
+// barrier, and a cluster intrinsic in a launch without clusters, are errors.
+
+struct fz_sim_cluster_state {
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;
+    unsigned blocks, grid;
+    unsigned turn;                // the block (of the grid) whose thread runs; grid: none; ~0u: not yet
+    unsigned registered;          // blocks' threads that have set their anchor
+    unsigned char status[16];     // each block of the current cluster: FZ_SIM_READY, _AT_CLUSTER, _RETURNED
+    unsigned char* anchor[16];    // each block's thread's fz_sim_dynamic_shared: its shared memory's place
+    bool failed;
+};
+inline fz_sim_cluster_state* fz_sim_cluster = nullptr;  // null: a launch without clusters
+
+inline fz_sim_cluster_state& fz_sim_cluster_of(const char* op)
+{
+    if (!fz_sim_running) fz_sim_fail_uncooperative(op);
+    if (!fz_sim_cluster) fz_sim_fail("block %u: %s in a kernel launched without clusters", blockIdx.x, op);
+    return *fz_sim_cluster;
+}
+
+inline unsigned __clusterRelativeBlockRank()
+{
+    return blockIdx.x % fz_sim_cluster_of("__clusterRelativeBlockRank()").blocks;
+}
+
+inline void __cluster_barrier_arrive()
+{
+    fz_sim_cluster_of("__cluster_barrier_arrive()");
+    fz_sim_thread& t = fz_sim_running->threads[fz_sim_running->current];
+    if (t.cluster_arrived)
+        fz_sim_fail("block %u, thread %u: __cluster_barrier_arrive() twice without a wait", blockIdx.x, threadIdx.x);
+    t.cluster_arrived = true;
+}
+
+inline void __cluster_barrier_wait()
+{
+    fz_sim_cluster_of("__cluster_barrier_wait()");
+    fz_sim_block& r = *fz_sim_running;
+    fz_sim_thread& t = r.threads[r.current];
+    if (!t.cluster_arrived)
+        fz_sim_fail("block %u, thread %u: __cluster_barrier_wait() without __cluster_barrier_arrive()", blockIdx.x,
+                    threadIdx.x);
+    t.state = FZ_SIM_AT_CLUSTER;
+    t.op = "__cluster_barrier_wait()";
+    ++r.cluster_waiting;
+    fz_sim_yield(r);
+    t.cluster_arrived = false;
+}
+
+// The address in block `rank`'s shared memory of what `p` is in the caller's.
+inline void* __cluster_map_shared_rank(void* p, unsigned rank)
+{
+    fz_sim_cluster_state& c = fz_sim_cluster_of("__cluster_map_shared_rank()");
+    if (rank >= c.blocks)
+        fz_sim_fail("block %u: __cluster_map_shared_rank() to rank %u of a cluster of %u", blockIdx.x, rank, c.blocks);
+    return static_cast<unsigned char*>(p) - c.anchor[blockIdx.x % c.blocks] + c.anchor[rank];
 }
 
 // The lanes of the calling thread's warp that exist in the block.
@@ -407,47 +483,194 @@ struct fz_sim_stacks {
     size_t stack_bytes() const { return stride - page; }
 };
 
-// Runs kernel(...) for every thread of a 1-D grid, a block's threads as fibers
-// so that they can meet at barriers; shared_bytes: the block's dynamic shared memory.
+// One block's fibers, run from this OS thread (the block's launcher context).
+struct fz_sim_block_runner {
+    fz_sim_stacks stacks;
+    fz_sim_thread* threads;
+    fz_sim_block r{};
+    unsigned shared_bytes;
+
+    template <typename F>
+    fz_sim_block_runner(unsigned block, unsigned shared, F& kernel)
+        : stacks(block), threads(new fz_sim_thread[block]), shared_bytes(shared)
+    {
+        r.threads = threads;
+        r.n = block;
+        r.body = [](void* k) { (*static_cast<F*>(k))(); };
+        r.kernel = &kernel;
+    }
+    ~fz_sim_block_runner() { delete[] threads; }
+
+    // Block b's threads made ready to start; its dynamic shared memory filled.
+    void start(unsigned b)
+    {
+        std::memset(fz_sim_dynamic_shared, 0xFF, shared_bytes);
+        std::memset(fz_sim_dynamic_shared + shared_bytes, FZ_SIM_GUARD_FILL, FZ_SIM_SHARED_GUARD);
+        r.current = r.arrived = r.returned = r.cluster_waiting = 0;
+        r.failed = false;
+        std::memset(r.warp_arrived, 0, sizeof r.warp_arrived);
+        for (unsigned t = 0; t < r.n; ++t) {
+            r.threads[t].state = FZ_SIM_READY;
+            r.threads[t].cluster_arrived = false;
+            fz_sim_make(r.threads[t].context, stacks.stack(t), stacks.stack_bytes(), fz_sim_thread_main);
+        }
+        blockIdx = {b, 0, 0};
+    }
+    // Runs the block's threads until all return, one fails, or all wait at the cluster's barrier.
+    void resume()
+    {
+        fz_sim_running = &r;
+        threadIdx = {r.current, 0, 0};
+        fz_sim_swap(r.launcher, r.threads[r.current].context);
+        if (r.failed) throw fz_sim_misuse{};
+    }
+    bool returned() const { return r.returned == r.n; }
+    // After every block of the cluster arrived at its barrier: its threads go on.
+    void release()
+    {
+        r.cluster_waiting = 0;
+        for (unsigned t = 0; t < r.n; ++t) r.threads[t].state = FZ_SIM_READY;
+    }
+    void check_guard(unsigned b) const
+    {
+        for (unsigned i = 0; i < FZ_SIM_SHARED_GUARD; ++i)
+            if (fz_sim_dynamic_shared[shared_bytes + i] != FZ_SIM_GUARD_FILL)
+                fz_sim_fail("block %u wrote past its %u bytes of dynamic shared memory", b, shared_bytes);
+    }
+};
+
+struct fz_sim_cluster_worker {
+    fz_sim_cluster_state* c;
+    unsigned rank, block, shared_bytes;
+    void* kernel;
+    void (*run)(fz_sim_cluster_worker&);
+};
+
+// Waits, holding the cluster's mutex, for block b's turn; false if the launch failed.
+inline bool fz_sim_cluster_wait_turn(fz_sim_cluster_state& c, unsigned b)
+{
+    while (c.turn != b && !c.failed) pthread_cond_wait(&c.changed, &c.mutex);
+    return !c.failed;
+}
+
+// The turn after block `rank` of cluster `first / blocks` stopped (returned, or
+// waits at the barrier): the next block of the cluster that can run; else all go
+// on past the barrier; else the next cluster. Called holding the mutex.
+inline void fz_sim_cluster_next(fz_sim_cluster_state& c, unsigned first, unsigned rank)
+{
+    unsigned waiting = 0, returned = 0, gone = 0;
+    for (unsigned i = 1; i <= c.blocks; ++i) {
+        const unsigned q = (rank + i) % c.blocks;
+        if (c.status[q] == FZ_SIM_READY) {
+            c.turn = first + q;
+            return;
+        }
+        waiting += c.status[q] == FZ_SIM_AT_CLUSTER;
+        if (c.status[q] == FZ_SIM_RETURNED) returned++, gone = q;
+    }
+    if (waiting && returned) {
+        std::snprintf(fz_sim_error, sizeof fz_sim_error, "cluster of blocks %u-%u: the cluster's barrier reached by %u of "
+                      "its %u blocks; block %u returned without reaching it", first, first + c.blocks - 1, waiting,
+                      c.blocks, first + gone);
+        c.failed = true;
+        return;
+    }
+    std::memset(c.status, FZ_SIM_READY, sizeof c.status);  // all go on, or the next cluster starts
+    c.turn = waiting ? first : first + c.blocks < c.grid ? first + c.blocks : c.grid;
+}
+
 template <typename F>
-void fz_sim_grid_cooperative(unsigned grid, unsigned block, unsigned shared_bytes, F kernel)
+void fz_sim_cluster_run(fz_sim_cluster_worker& w)
+{
+    fz_sim_cluster_state& c = *w.c;
+    pthread_mutex_lock(&c.mutex);
+    try {
+        c.anchor[w.rank] = fz_sim_dynamic_shared;
+        if (++c.registered == c.blocks) {  // every block's shared memory has its place: the first may run
+            c.turn = 0;
+            pthread_cond_broadcast(&c.changed);
+        }
+        fz_sim_block_runner runner(w.block, w.shared_bytes, *static_cast<F*>(w.kernel));
+        for (unsigned first = 0; first < c.grid; first += c.blocks) {
+            const unsigned b = first + w.rank;
+            if (!fz_sim_cluster_wait_turn(c, b)) break;
+            runner.start(b);
+            for (;;) {
+                blockIdx = {b, 0, 0};
+                runner.resume();
+                const bool done = runner.returned();
+                if (done) runner.check_guard(b);
+                c.status[w.rank] = done ? FZ_SIM_RETURNED : FZ_SIM_AT_CLUSTER;
+                fz_sim_cluster_next(c, first, w.rank);
+                pthread_cond_broadcast(&c.changed);
+                if (done || !fz_sim_cluster_wait_turn(c, b)) break;
+                runner.release();
+            }
+            if (c.failed) break;
+        }
+    } catch (const fz_sim_misuse&) {
+        c.failed = true;
+        pthread_cond_broadcast(&c.changed);
+    }
+    pthread_mutex_unlock(&c.mutex);
+}
+
+// Runs kernel(...) for every thread of a 1-D grid, a block's threads as fibers
+// so that they can meet at barriers; shared_bytes: the block's dynamic shared
+// memory; cluster: blocks a thread-block cluster (1: none).
+template <typename F>
+void fz_sim_grid_cooperative(unsigned grid, unsigned block, unsigned shared_bytes, F kernel, unsigned cluster = 1)
 {
     if (block < 1 || block > 1024) fz_sim_fail("a block of %u threads (CUDA's blocks have 1 to 1024)", block);
     if (shared_bytes > FZ_SIM_SHARED_CAPACITY)
         fz_sim_fail("%u bytes of dynamic shared memory: a block may have at most %u", shared_bytes,
                     FZ_SIM_SHARED_CAPACITY);
+    if (cluster < 1 || cluster > 16 || grid % cluster)
+        fz_sim_fail("a grid of %u blocks in clusters of %u (CUDA's clusters have 1 to 16 blocks and divide the grid)",
+                    grid, cluster);
     gridDim = {grid, 1, 1};
     blockDim = {block, 1, 1};
-    fz_sim_stacks stacks(block);
-    struct threads_t {
-        fz_sim_thread* p;
-        ~threads_t() { delete[] p; }
-    } threads{new fz_sim_thread[block]};
-    fz_sim_block r{};
-    r.threads = threads.p;
-    r.n = block;
-    r.body = [](void* k) { (*static_cast<F*>(k))(); };
-    r.kernel = &kernel;
     struct running_t {
-        ~running_t() { fz_sim_running = nullptr; }
+        ~running_t() { fz_sim_running = nullptr, fz_sim_cluster = nullptr; }
     } running;
-    fz_sim_running = &r;
-    unsigned char* dynamic = fz_sim_dynamic_shared;
-    for (unsigned b = 0; b < grid; ++b) {
-        blockIdx = {b, 0, 0};
-        std::memset(dynamic, 0xFF, shared_bytes);
-        std::memset(dynamic + shared_bytes, FZ_SIM_GUARD_FILL, FZ_SIM_SHARED_GUARD);
-        r.current = r.arrived = r.returned = 0;
-        std::memset(r.warp_arrived, 0, sizeof r.warp_arrived);
-        for (unsigned t = 0; t < block; ++t) {
-            r.threads[t].state = FZ_SIM_READY;
-            fz_sim_make(r.threads[t].context, stacks.stack(t), stacks.stack_bytes(), fz_sim_thread_main);
+    if (cluster > 1) {
+        fz_sim_cluster_state c{};
+        pthread_mutex_init(&c.mutex, nullptr);
+        pthread_cond_init(&c.changed, nullptr);
+        c.blocks = cluster;
+        c.grid = grid;
+        c.turn = ~0u;
+        fz_sim_cluster = &c;
+        fz_sim_cluster_worker workers[16];
+        pthread_t threads[16];
+        unsigned started = 0;
+        for (; started < cluster; ++started) {
+            workers[started] = {&c, started, block, shared_bytes, &kernel, fz_sim_cluster_run<F>};
+            auto entry = [](void* w) -> void* {
+                auto& worker = *static_cast<fz_sim_cluster_worker*>(w);
+                worker.run(worker);
+                return nullptr;
+            };
+            if (pthread_create(&threads[started], nullptr, entry, &workers[started])) {
+                pthread_mutex_lock(&c.mutex);
+                std::snprintf(fz_sim_error, sizeof fz_sim_error, "could not start a thread for a cluster's block");
+                c.failed = true;
+                pthread_cond_broadcast(&c.changed);
+                pthread_mutex_unlock(&c.mutex);
+                break;
+            }
         }
-        threadIdx = {0, 0, 0};
-        fz_sim_swap(r.launcher, r.threads[0].context);  // back when every thread returned, or one failed
-        if (r.failed) throw fz_sim_misuse{};
-        for (unsigned i = 0; i < FZ_SIM_SHARED_GUARD; ++i)
-            if (dynamic[shared_bytes + i] != FZ_SIM_GUARD_FILL)
-                fz_sim_fail("block %u wrote past its %u bytes of dynamic shared memory", b, shared_bytes);
+        for (unsigned i = 0; i < started; ++i) pthread_join(threads[i], nullptr);
+        pthread_cond_destroy(&c.changed);
+        pthread_mutex_destroy(&c.mutex);
+        if (c.failed) throw fz_sim_misuse{};
+        return;
+    }
+    fz_sim_block_runner runner(block, shared_bytes, kernel);
+    for (unsigned b = 0; b < grid; ++b) {
+        runner.start(b);
+        runner.resume();
+        if (!runner.returned()) fz_sim_fail_stuck(runner.r);  // waits at a cluster's barrier: there is none
+        runner.check_guard(b);
     }
 }

@@ -30,7 +30,7 @@ PERSISTENT_SIM_BLOCKS = 2
 # -fno-builtin: math functions of constants are computed at run time, by the C
 # library, as those of loaded values are (g++ would fold tanh(-0.79) correctly
 # rounded at compile time, glibc is 1 ulp off: a fused and an unfused form differed).
-CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-w"]
+CXXFLAGS = ["-std=c++17", "-O1", "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-w", "-pthread"]
 
 
 def cuda_include_dir() -> str | None:
