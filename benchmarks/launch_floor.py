@@ -3,11 +3,16 @@
 bindings with a prepacked argument buffer), the parts a call is made of, and
 fusec's calls, each in host µs per call at 4096 f32 elements.
 
-    PYTHONPATH=. python3 benchmarks/launch_floor.py
+    PYTHONPATH=. python3 benchmarks/launch_floor.py [--allocators]
+
+--allocators: only the output allocation, three ways (cupy.empty; cupy.ndarray(shape,
+dtype), what cupy.empty calls and what fusec's replay now calls; the memory pool's
+malloc and cupy.ndarray(memptr=...)), to decide whether a cheaper one is worth taking.
 """
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import cupy as cp
@@ -34,7 +39,22 @@ def row(what, us):
     print(f"| {what} | {us:.2f} |", flush=True)
 
 
+def allocators():
+    """Output allocation, three ways, at N f32 elements (each array freed to the pool at once)."""
+    shape, dtype = (N,), cp.dtype(cp.float32)
+    pool, ndarray = cp.get_default_memory_pool(), cp.ndarray
+    nbytes = N * dtype.itemsize
+    row("allocation: cupy.empty(shape, dtype)", per_call(lambda: cp.empty(shape, dtype)))
+    row("allocation: cupy.ndarray(shape, dtype) (fusec's replay)", per_call(lambda: ndarray(shape, dtype)))
+    row("allocation: pool.malloc + cupy.ndarray(shape, dtype, memptr)",
+        per_call(lambda: ndarray(shape, dtype, pool.malloc(nbytes))))
+
+
 def main():
+    if "--allocators" in sys.argv:
+        print("| what | host µs per call |\n|---|---|")
+        allocators()
+        return
     f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
     x = cp.random.default_rng(1).standard_normal(N, dtype=cp.float32)
     y = f(x, 1.5, -0.25)
@@ -88,6 +108,7 @@ def main():
     row("driver cuLaunchKernelEx (cuda.bindings), prepacked buffer", per_call(
         lambda: driver.cuLaunchKernelEx(config, fn, params, 0)))
     row("cupy.empty(4096)", per_call(lambda: cp.empty(N, cp.float32)))
+    allocators()
     row("cupy current stream .ptr", per_call(lambda: cp.cuda.get_current_stream().ptr))
     row("cupy runtime.getDevice()", per_call(cp.cuda.runtime.getDevice))
     row("fusec f(x, s, b) replayed", per_call(lambda: f(x, 1.5, -0.25)))

@@ -108,19 +108,24 @@ class TorchTensors:
         self.device, self.view = device, view
         self._empty, self.pointer = torch.empty, torch.Tensor.data_ptr
         self._dtypes = {t.numpy_dtype: getattr(torch, t.torch) for t in ALL}
-        self._raw_stream = None
+        # stream_handle(): the handle of torch's current stream on the device (None: on the CPU)
+        self.stream_handle = None
         if device.type == "cuda":
             # torch's raw stream handle, as Triton reads it (a torch.cuda.Stream costs ~5 us to make)
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             index = device.index
-            self._raw_stream = (lambda: raw(index)) if raw is not None else \
+            self.stream_handle = functools.partial(raw, index) if raw is not None else \
                 (lambda: torch.cuda.current_stream(index).cuda_stream)
 
     def empty(self, shape, dtype):
         return self._empty(shape, dtype=self._dtypes[dtype], device=self.device)
 
+    def allocator(self, shape, dtype):
+        """empty(shape, dtype) as a call of no arguments, with no frame of fusec's (the recorded calls')."""
+        return functools.partial(self._empty, shape, dtype=self._dtypes[dtype], device=self.device)
+
     def stream(self):
-        return None if self._raw_stream is None else RawStream(self._raw_stream())
+        return None if self.stream_handle is None else RawStream(self.stream_handle())
 
 
 @functools.cache

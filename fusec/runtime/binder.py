@@ -397,18 +397,22 @@ def _rounded(type_name: str, value: float) -> float:
 
 def scalar_checker(p: SignatureParam) -> Callable[[object], object]:
     """A fast `check_scalar` for one parameter: plain Python numbers of the
-    right kind take a short path; anything else the full check."""
+    right kind take a short path; anything else the full check. `check.inline`,
+    where there is a short path: it as a condition on a value's expression, for
+    generated code (the recorded calls) to take it without a call."""
     t = p.type
     if t.is_float and t.compute == t:  # f32, f64: finite values that stay finite
         limit = float(np.finfo(t.numpy_dtype).max)
 
         def check(value):
             return value if type(value) is float and -limit <= value <= limit else check_scalar(p, value)
+        check.inline = lambda v: f"type({v}) is float and {-limit!r} <= {v} <= {limit!r}"
     elif t.is_int:
         lo, hi = INT_RANGE[t]
 
         def check(value):
             return value if type(value) is int and lo <= value <= hi else check_scalar(p, value)
+        check.inline = lambda v: f"type({v}) is int and {lo!r} <= {v} <= {hi!r}"
     else:
         def check(value):
             return check_scalar(p, value)

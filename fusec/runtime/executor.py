@@ -128,17 +128,34 @@ class Executor:
         self._sizes: dict[tuple, _Sizes] = {}
         self._is_array = [p.is_array for p in self.params]
         self._count_positions = set(signature.counts)
-        self._plain_key, self._scalars_key = self._generate_key(False), self._generate_key(True)
         self._calls: dict[tuple, _RecordedCall] = {}
         self._seen: set[tuple] = set()  # keys of calls seen once (`_call_key`, `_out_key`)
+        self._plain_key, self._scalars_key = self._generate_key(False), self._generate_key(True)
+        self._out_key = self._generate_key(False, outs=True)
+        self.replay = self._generate_replay()
+        self.replay_out = self._generate_replay(outs=True)
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:
+            result = self.replay(args)
+        elif len(kwargs) == 1 and "out" in kwargs:
+            result = self.replay_out(args, kwargs["out"])
+        else:
+            return self.call_missed(args, kwargs)
+        return result if type(result) is not Missed else self.call_missed(args, kwargs, result.key)
+
+    def call_missed(self, args: tuple, kwargs: dict, key: tuple | None = None):
+        """A call that `replay` did not run (or one with keyword arguments): replayed
+        from its key where it can be, else checked in full (and recorded at the
+        second sighting of its key). `key`: the call's, where the replay worked it out."""
         out = None
         if not kwargs:
-            key = self._plain_key(args)
+            if key is None:
+                key = self._plain_key(args)
         elif len(kwargs) == 1 and "out" in kwargs:  # the outputs given: part of the key (None: not given)
             out = kwargs["out"]
-            key = self._call_key(args) if out is None else self._out_key(args, out)
+            if key is None:
+                key = self._call_key(args) if out is None else self._out_key(args, out)
         else:
             key = None
         record = False
@@ -149,7 +166,7 @@ class Executor:
                 call = key = None
             if call is not None:
                 result = call.run(args, out)
-                if result is not _RecordedCall.MISALIGNED:
+                if result is not MISS:  # a new output missed the alignment the launches assume
                     return result
             elif key is not None:  # kept from its second sighting on, so that one-off calls cost no recording
                 record = key in self._seen
@@ -174,35 +191,64 @@ class Executor:
         values), else the repeat counts (a count fixes the launch sequence)."""
         return (self._scalars_key if scalars else self._plain_key)(args)
 
-    def _generate_key(self, scalars: bool) -> Callable[[tuple], tuple | None]:
+    def _generate_key(self, scalars: bool, outs: bool = False) -> Callable[..., tuple | None]:
         """`_call_key(args, scalars)` as straight-line code for this parameter list (it is
-        on every replayed call's path)."""
+        on every replayed call's path); with `outs`, `_out_key(args, out)`: a call with
+        out= as a key, the arguments' and each given output's signature."""
+        names: dict[str, object] = {}
+        lines, key = self._key_lines(scalars, False, "None", names, outs)
+        head = "def key(args, out):" if outs else "def key(args):"
+        return _compile([head, *lines, f"    return {key}"], names, "fusec call key")["key"]
+
+    def _generate_replay(self, outs: bool = False) -> Callable[..., object]:
+        """replay(args): a plain positional call run from its recording (`_RecordedCall`),
+        in one frame but for the recording's own; MISS where there is none (the key is
+        new, an array is not on this backend's device, or a new output missed the
+        alignment the launches assume): `call_missed` takes it from there. With `outs`,
+        replay_out(args, out): the same for a call with out= (None: a plain call)."""
+        names: dict[str, object] = {"get": self._calls.get, "MISS": MISS, "Missed": Missed}
+        lines, key = self._key_lines(False, True, "MISS", names, outs)
+        if outs:
+            names["replay"] = self.replay
+            lines = ["    if out is None:", "        return replay(args)", *lines]
+        lines += [f"    key = {key}", "    try:", "        call = get(key)",
+                  "    except TypeError:  # an unhashable repeat count", "        return MISS",
+                  "    if call is None:", "        return Missed(key)",
+                  f"    return call.run(args{', out' if outs else ''})"]
+        name = "replay_out" if outs else "replay"
+        return _compile([f"def {name}(args{', out' if outs else ''}):", *lines], names, f"fusec {name}")[name]
+
+    def _key_lines(self, scalars: bool, on_device: bool, miss: str, names: dict,
+                   outs: bool = False) -> tuple[list[str], str]:
+        """The lines of a generated function of `args` (and `out`, with `outs`) that compute
+        a call's key (`_call_key`, `_out_key`), returning `miss` where it has none; and the
+        key's expression. `on_device`: also `miss` where an array is not on the backend's
+        device (where it has one)."""
         n = len(self._is_array)
-        lines = ["def key(args):", f"    if len(args) != {n}:", "        return None"]
+        lines = [f"    if len(args) != {n}:", f"        return {miss}"]
         parts = []
+        inline = getattr(self.backend, "signature_lines", None)  # the backend's signature, inline
+        names["signature"] = self.backend.signature
+
+        def array(value: str, target: str) -> None:
+            if inline is not None:
+                lines.extend(inline(value, target, on_device, names))
+            else:
+                lines.append(f"    {target} = signature({value})")
+            lines.extend([f"    if {target} is None:", f"        return {miss}"])
+            parts.append(target)
         for position, is_array in enumerate(self._is_array):
             if is_array:
-                lines += [f"    a{position} = signature(args[{position}])", f"    if a{position} is None:",
-                          "        return None"]
-                parts.append(f"a{position}")
+                array(f"args[{position}]", f"a{position}")
             elif scalars or position in self._count_positions:
                 parts += [f"type(args[{position}])", f"args[{position}]"]
-        lines.append(f"    return ({''.join(p + ', ' for p in parts)})")
-        names = {"signature": self.backend.signature}
-        exec(compile("\n".join(lines) + "\n", "<fusec call key>", "exec"), names)
-        return names["key"]
-
-    def _out_key(self, args: tuple, out) -> tuple | None:
-        """A call with out= as a key: the arguments' and each given output's signature."""
-        key = self._call_key(args)
-        if key is None:
-            return None
-        outs = out if type(out) is tuple else (out,)
-        if len(outs) != self.n_outputs:
-            return None  # the checked path says what is wrong
-        signature = self.backend.signature
-        signatures = tuple(map(signature, outs))
-        return None if None in signatures else (*key, "out", *signatures)
+        if outs:
+            lines += ["    outs = out if type(out) is tuple else (out,)", f"    if len(outs) != {self.n_outputs}:",
+                      f"        return {miss}  # the checked path says what is wrong"]
+            parts.append("'out'")
+            for k in range(self.n_outputs):
+                array(f"outs[{k}]", f"o{k}")
+        return lines, f"({''.join(p + ', ' for p in parts)})"
 
     def _allocate(self, call: BoundCall) -> tuple["CallValues", "_Sizes"]:
         """A checked call as one flat list of values (parameters, outputs,
@@ -374,13 +420,16 @@ class _RecordedCall:
     address only, so nothing is kept alive. The key fixes the kind of the
     arrays (their types are in it): outputs are allocated as that kind, and the
     launches go to its stream (torch tensors: torch's current stream, where
-    they were produced; no stream hand-off is needed).
+    they were produced; no stream hand-off is needed), read once a call.
 
     `run(args, out=None)` is generated for the call (`_generate`): straight-line
     code with the launches' fixed arguments as constants, since this is the
-    path whose host time a small kernel's call is made of."""
+    path whose host time a small kernel's call is made of. Where the backend
+    gives a launch as source text (`launch_source`: the cuda backend's driver
+    launch), the launches are written out in it too, with no list of arguments
+    and no frame of their own; the common scalars are checked inline."""
 
-    MISALIGNED = object()  # run()'s answer when a new output misses the alignment the launches assume
+    MISALIGNED = None  # run()'s answer when a new output misses the alignment the launches assume: MISS
 
     def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind,
                  given_outputs: bool = False):
@@ -392,7 +441,8 @@ class _RecordedCall:
         checkers = executor.binder.checkers
         scalar_params = [i for i, is_array in enumerate(executor._is_array) if not is_array]
         alignment: set[tuple[int, int]] = set()
-        launches = []  # per launch: (fire, [its arguments as Python expressions])
+        inline = getattr(backend, "launch_source", None)
+        launches = []  # per launch: (fire, [its arguments as Python expressions]), or its source text
         names: dict[str, object] = {}
 
         def constant(value) -> str:
@@ -412,26 +462,40 @@ class _RecordedCall:
                 else:
                     arguments.append(constant(value if pack is None else pack(value)))
             alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
-            launches.append((constant(backend.launcher(variant.name, grid, block, shared)), arguments))
+            if inline is not None:
+                launch_names, text = inline(variant.name, grid, block, shared, f"l{len(launches)}_")
+                names.update(launch_names)
+                launches.append(text.replace("{args}", ", ".join(arguments)))
+            else:
+                launches.append((constant(backend.launcher(variant.name, grid, block, shared)), arguments))
         # The backend's own arrays are launch arguments as they are, unless it launches
         # by address; another kind's (torch's) go by address, which costs less than a view of each.
         by_address = not kind.native or backend.by_address
+        stream = None if inline is None else backend.stream_source(kind)
         self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
                                           by_address, [(position, checkers[position]) for position in scalar_params],
-                                          launches, kind)
+                                          launches, kind, stream)
 
 
 def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
-              by_address: bool, scalars: list, launches: list, kind: ArrayKind) -> tuple[Callable, str]:
-    """One recorded call's run(args, out=None), compiled, and its source."""
-    names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=_RecordedCall.MISALIGNED)
+              by_address: bool, scalars: list, launches: list, kind: ArrayKind,
+              stream: tuple[dict, str] | None = None) -> tuple[Callable, str]:
+    """One recorded call's run(args, out=None), compiled, and its source. `launches`:
+    (fire, argument expressions) each, or with `stream` (the names and the expression
+    of the stream handle) each launch's source text, `handle` its stream."""
+    names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=MISS)
     lines = ["def run(args, out=None):"]
     if given_outputs and n_outputs:
         targets = "".join(f"v{k}, " for k in range(n_outputs))
         lines.append(f"    {targets}= out if type(out) is tuple else (out,)")
+    allocator = getattr(kind, "allocator", None)  # a new array of a shape and dtype in one C-level call
     for k, (shape, dtype) in allocations:
-        names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
-        lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
+        if allocator is not None:
+            names[f"new{k}"] = allocator(shape, dtype)
+            lines.append(f"    v{k} = new{k}()")
+        else:
+            names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
+            lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
     n_temps = sum(1 for k, _ in allocations if k >= n_outputs)
     for k in range(n_outputs + n_temps):
         lines.append(f"    p{k} = pointer(v{k})")
@@ -442,18 +506,49 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
         lines.append(f"    n{k} = p{k}" if by_address else f"    n{k} = v{k}")
     for j, (position, check) in enumerate(scalars):
         names[f"check{j}"] = check
-        lines.append(f"    s{j} = check{j}(args[{position}])")
-    lines.append("    stream = get_stream()")
-    for fire, arguments in launches:
-        call = f"[{', '.join(arguments)}]"
-        lines.append(f"    {fire}({call}) if stream is None else {fire}({call}, stream=stream)")
+        lines.append(f"    s{j} = args[{position}]")
+        fast = getattr(check, "inline", None)  # the checker's fast case as a condition on its value
+        condition = None if fast is None else fast(f"s{j}")
+        lines.append(f"    s{j} = check{j}(s{j})" if condition is None else
+                     f"    if not ({condition}):\n        s{j} = check{j}(s{j})")
+    if stream is None:
+        lines.append("    stream = get_stream()")
+        for fire, arguments in launches:
+            call = f"[{', '.join(arguments)}]"
+            lines.append(f"    {fire}({call}) if stream is None else {fire}({call}, stream=stream)")
+    else:  # the stream's handle read once, each launch written out
+        stream_names, handle = stream
+        names.update(stream_names)
+        lines.append(f"    handle = {handle}")
+        lines += [text.rstrip("\n") for text in launches]
     result = "None" if not n_outputs else "v0" if n_outputs == 1 else \
         "(" + "".join(f"v{k}, " for k in range(n_outputs)) + ")"
     lines.append(f"    return {result}")
+    return _compile(lines, names, "fusec recorded call")["run"], "\n".join(lines) + "\n"
+
+
+def _compile(lines: list[str], names: dict, what: str) -> dict:
+    """Generated code run in `names`; named by its text (the same text, one entry) and
+    kept where tracebacks read it."""
     source = "\n".join(lines) + "\n"
-    # Named by its text (the same text, one entry), and kept where tracebacks read it.
-    filename = f"<fusec recorded call {zlib.crc32(source.encode()):08x}>"
+    filename = f"<{what} {zlib.crc32(source.encode()):08x}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), names)
-    return names["run"], source
+    return names
 
+
+class Missed:
+    """A generated replay's answer where it ran nothing (`Executor.replay`,
+    `_RecordedCall.run`): with the call's key where it worked that out and no call
+    was recorded for it (`Executor.call_missed` takes it), else None (`MISS`)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple | None):
+        self.key = key
+
+    def __repr__(self) -> str:
+        return "MISS" if self.key is None else f"Missed({self.key!r})"
+
+
+MISS = _RecordedCall.MISALIGNED = Missed(None)

@@ -18,6 +18,7 @@ import json
 import operator
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 
@@ -74,6 +75,11 @@ def _text(name, error) -> str:
 
 def current_device() -> int:
     return _runtime().getDevice()
+
+
+def current_device_getter():
+    """current_device without its frame: CuPy's runtime.getDevice."""
+    return _runtime().getDevice
 
 
 @functools.cache
@@ -386,6 +392,74 @@ class CudaBackend:
                 checked((error,))
         return fire
 
+    def launch_source(self, variant: str, grid: int, block: int, shared_bytes: int, prefix: str) -> tuple[dict, str]:
+        """`launcher`'s launch as source text for generated callers (the recorded calls,
+        executor._generate): the names it reads (each starting with `prefix`, but for
+        the driver's launch and `checked`) and its lines, with `{args}` for the
+        arguments (Python expressions, packed as `launcher`'s fire packs them) and the
+        stream's handle read from `handle`."""
+        function, _, arguments = self.functions[variant]
+        if self._clusters[variant] > 1:  # the extended launch: through its fire
+            fire = self.launcher(variant, grid, block, shared_bytes)
+            return {f"{prefix}fire": fire, "RawStream": torch_arrays.RawStream}, \
+                f"    {prefix}fire([{{args}}], RawStream(handle))\n"
+        names = {f"{prefix}function": function, f"{prefix}lock": arguments.lock, f"{prefix}pack": arguments.layout.pack_into,
+                 f"{prefix}buffer": arguments.buffer, f"{prefix}params": arguments.params,
+                 "launch": self.driver.cuLaunchKernel, "checked": checked}
+        return names, (f"    with {prefix}lock:  # the buffer is the driver's to read until the launch returns\n"
+                       f"        {prefix}pack({prefix}buffer, 0, {{args}})\n"
+                       f"        error, = launch({prefix}function, {grid}, 1, 1, {block}, 1, 1, {shared_bytes}, handle, "
+                       f"{prefix}params, 0)\n"
+                       "    if error:\n        checked((error,))\n")
+
+    def stream_source(self, kind: ArrayKind) -> tuple[dict, str]:
+        """The handle of the stream a call of this kind without stream= runs on, as an
+        expression for generated callers (read once a call), and the names it reads."""
+        current = self.cp.cuda.get_current_stream
+        if kind.native:  # CuPy's arrays: CuPy's current stream (the kind's stream() is None)
+            return {"current_stream": current}, "current_stream().ptr"
+        handle = getattr(kind, "stream_handle", None)
+        if handle is not None:  # torch's current stream, by its handle
+            return {"stream_handle": handle}, "stream_handle()"
+        return {"current_stream": current, "kind_stream": kind.stream}, \
+            "(current_stream() if (stream := kind_stream()) is None else stream).ptr"
+
+    def signature_lines(self, value: str, target: str, on_device: bool, names: dict) -> list[str]:
+        """`signature` as lines of generated code (a call's key, executor._key_lines): `target`
+        set to the signature of the array `value`, or None; with `on_device`, None also
+        where the array is not on this backend's device. CuPy's arrays, and torch's tensors
+        where torch is imported, are read inline, as `signature` reads them."""
+        names.update(ndarray=self.cp.ndarray, DEVICE=self.device, device_of=_device_of)
+        v = f"{target}_value"
+        lines = [f"    {v} = {value}", f"    if type({v}) is ndarray:", f"        {target}_data = {v}.data",
+                 f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)"]
+        if on_device:
+            lines += [f"        if {target}_data.device_id != DEVICE:", f"            {target} = None"]
+        torch = sys.modules.get("torch")
+        readers = None if torch is None else self._readers(torch.Tensor)
+        if readers is not None:
+            kinds = [torch.Tensor]
+            parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
+            if parameter is not None and self._readers(parameter) == readers:
+                kinds.append(parameter)
+            names.update({f"tensor_kind{j}": kind for j, kind in enumerate(kinds)},
+                         tensor_data_ptr=readers[0], tensor_is_contiguous=readers[2], grad_enabled=torch.is_grad_enabled)
+            lines += [f"    elif {' or '.join(f'type({v}) is tensor_kind{j}' for j in range(len(kinds)))}:",
+                      "        try:",
+                      f"            {target} = (tensor_data_ptr({v}), {v}.shape, tensor_is_contiguous({v}), {v}.dtype, "
+                      f"{v}.requires_grad)",
+                      "        except Exception:  # e.g. a sparse tensor has no address: the full check says why",
+                      f"            {target} = None",
+                      "        else:",
+                      f"            if {target}[4]:  # requires grad: grad mode in the key too (`signature`)",
+                      f"                {target} += (grad_enabled(),)"]
+            if on_device:
+                lines += [f"            if {v}.get_device() != DEVICE:", f"                {target} = None"]
+        lines += ["    else:", f"        {target} = signature({v})"]
+        if on_device:
+            lines += [f"        if {target} is not None and device_of({v}) != DEVICE:", f"            {target} = None"]
+        return lines
+
     # ---- arrays
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
@@ -477,7 +551,8 @@ class DeviceArrays:
 
     def __init__(self, cp, device: int):
         self.cp, self.device = cp, device
-        self.own = OwnArrays("CuPy arrays", cp.empty, _cupy_pointer)
+        # cupy.ndarray(shape, dtype) is what cupy.empty(shape, dtype) calls, a frame fewer
+        self.own = OwnArrays("CuPy arrays", cp.ndarray, _cupy_pointer)
         self._torch: ArrayKind | None = None
 
     def kind(self, value) -> ArrayKind:
@@ -556,6 +631,12 @@ class DeviceArrays:
 _cupy_pointer = operator.attrgetter("data.ptr")
 _shape, _strides, _dtype, _requires_grad = (operator.attrgetter(name)
                                              for name in ("shape", "strides", "dtype", "requires_grad"))
+
+
+def _device_of(value) -> int | None:
+    """The device of an array that `CudaBackend.signature` keys (a torch tensor), else None."""
+    get_device = getattr(value, "get_device", None)
+    return None if get_device is None else get_device()
 
 
 @functools.cache

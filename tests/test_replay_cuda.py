@@ -1,0 +1,237 @@
+"""The cuda backend's replayed call on the CPU: CuPy and the driver replaced by
+stand-ins that record each launch (function, grid, block, stream handle and the
+packed arguments, read back from the argument buffer), so the generated replay
+(`Executor.replay`, the recorded call's inline driver launch) is checked against
+the checked path's launch of the same call, and against what changed between
+calls: the current stream, the device, a dtype, a scalar, the out= array."""
+import contextlib
+import sys
+import types
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+import fusec
+import fusec.passes.guard as guard
+from fusec.errors import ArgumentError
+from fusec.runtime.backends import cuda
+
+SBR = str(ROOT / "examples/scale_bias_relu.fz")
+
+
+class MemoryPointer:
+    def __init__(self, ptr, device_id):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class Standin:
+    """CuPy and the driver, as much as the cuda backend reads of them."""
+
+    def __init__(self):
+        self.device, self.stream, self.launches, self.next = 0, types.SimpleNamespace(ptr=0), [], 1 << 20
+        standin = self
+
+        class ndarray:
+            def __init__(self, shape, dtype=np.float32, device=None, ptr=None):
+                self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+                self.dtype = np.dtype(dtype)
+                self.size = int(np.prod(self.shape))
+                self.strides = self._strides = tuple(
+                    int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize for i in range(len(self.shape)))
+                self.nbytes = self.size * self.dtype.itemsize
+                if ptr is None:
+                    standin.next += 1 << 16
+                    ptr = standin.next
+                self.data = MemoryPointer(ptr, standin.device if device is None else device)
+                self._c_contiguous = True
+                self.flags = types.SimpleNamespace(c_contiguous=True)
+        self.ndarray = ndarray
+
+        @contextlib.contextmanager
+        def on_device(device):
+            before, standin.device = standin.device, device
+            try:
+                yield types.SimpleNamespace(id=device)
+            finally:
+                standin.device = before
+
+        def device(*args):
+            return on_device(args[0]) if args else types.SimpleNamespace(
+                id=standin.device, compute_capability="90", attributes={"MultiProcessorCount": 132})
+        self.cp = types.SimpleNamespace(
+            ndarray=ndarray, empty=ndarray, asarray=lambda a: a,
+            cuda=types.SimpleNamespace(get_current_stream=lambda: self.stream, Device=device,
+                                       runtime=types.SimpleNamespace(getDevice=lambda: self.device)))
+        self.buffers = {}  # the argument buffers' pointer arrays -> the buffers, to read launches back
+        self.driver = types.SimpleNamespace(
+            cuLaunchKernel=self.launch,
+            cuModuleGetFunction=lambda module, name: (0, (name, self.device)),
+            cuOccupancyMaxActiveBlocksPerMultiprocessor=lambda *a: (0, 8))
+
+    def launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        buffer = self.buffers[params]
+        self.launches.append((function, gx, bx, shared, int(stream), buffer.layout.unpack_from(buffer.buffer)))
+        return (0,)
+
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    standin = Standin()
+    for name, value in {"cupy": lambda: standin.cp, "driver": lambda: standin.driver, "available": lambda: True,
+                        "device_arch": lambda: "sm_90", "load_module": lambda *a: None,
+                        "checked": lambda result: result[1], "function_attribute": lambda f, a: 1024}.items():
+        monkeypatch.setattr(cuda, name, value)
+    monkeypatch.setattr(sys.modules["fusec.jit"], "resolve_backend", lambda backend: "cuda")
+    monkeypatch.setattr(guard, "replan", lambda compiled, observed, again: compiled)
+    monkeypatch.setattr(guard, "observe", lambda compiled, attributes: ())
+
+    class ArgumentBuffer(cuda.ArgumentBuffer):  # each known by its pointer array, to read launches back
+        __slots__ = ()
+
+        def __init__(self, params):
+            super().__init__(params)
+            standin.buffers[self.params] = self
+    monkeypatch.setattr(cuda, "ArgumentBuffer", ArgumentBuffer)
+    cuda._runtime.cache_clear()
+    yield standin
+    cuda._runtime.cache_clear()  # the stand-in's runtime is not kept for later tests
+
+
+def checked_launch(f, standin, *args, **kwargs):
+    """The launch the checked path makes of this call (nothing recorded or replayed)."""
+    runner = f._runner
+    calls, seen = dict(runner._calls), set(runner._seen)
+    runner._calls.clear()
+    runner._seen.clear()
+    before = len(standin.launches)
+    result = f(*args, **kwargs)
+    runner._calls.update(calls)
+    runner._seen.clear()
+    runner._seen.update(seen)
+    (launch,) = standin.launches[before:]
+    return launch, result
+
+
+def replayed_launch(f, standin, *args, **kwargs):
+    """The launch of a call that must be replayed (its key recorded)."""
+    replays = []
+    run = type(f._runner).call_missed
+    f._runner.call_missed = lambda *a: replays.append(a) or run(f._runner, *a)
+    try:
+        before = len(standin.launches)
+        result = f(*args, **kwargs)
+    finally:
+        del f._runner.call_missed
+    assert not replays, "the call was not replayed"
+    (launch,) = standin.launches[before:]
+    return launch, result
+
+
+def with_output(launch, result):
+    """A launch with its output's address in place of the call's new output's (each call has its own)."""
+    function, grid, block, shared, stream, args = launch
+    return function, grid, block, shared, stream, tuple("y" if a == result.data.ptr else a for a in args)
+
+
+def recorded(gpu):
+    f = fusec.jit(SBR, backend="cuda")
+    x = gpu.ndarray(4096)
+    f(x, 1.0, 0.0)
+    f(x, 1.0, 0.0)
+    assert len(f._runner._calls) == 1
+    return f, x
+
+
+def test_a_replayed_launch_is_the_checked_paths_launch(gpu):
+    f, x = recorded(gpu)
+    for s, b in ((1.5, -0.25), (-2.0, 3.0), (2, 0.5)):  # an int for an f32 scalar: the binder's conversion
+        replayed = with_output(*replayed_launch(f, gpu, x, s, b))
+        assert replayed == with_output(*checked_launch(f, gpu, x, s, b))
+        assert replayed[-1][2:4] == (np.float32(s), np.float32(b))
+    assert "launch(" in next(iter(f._runner._calls.values())).source  # the driver's launch, inline
+
+
+def test_a_replayed_launch_goes_to_the_current_stream(gpu):
+    f, x = recorded(gpu)
+    for handle in (0, 1234, 0, 99):
+        gpu.stream = types.SimpleNamespace(ptr=handle)
+        launch, _ = replayed_launch(f, gpu, x, 1.0, 0.0)
+        assert launch[4] == handle
+
+
+def test_a_replayed_call_still_checks_its_scalars(gpu):
+    f, x = recorded(gpu)
+    for bad, message in ((True, "got bool"), ("1", "got str"), (1e39, "out of its range"), (1j, "complex")):
+        with pytest.raises(ArgumentError, match=message):
+            f(x, bad, 0.0)
+    nan, _ = replayed_launch(f, gpu, x, float("nan"), 0.0)
+    assert np.isnan(nan[-1][2])
+
+
+def test_a_changed_dtype_or_shape_at_the_same_address_is_checked(gpu):
+    f, x = recorded(gpu)
+    for dtype in (np.int32, np.float64):  # int32: the same strides, only the dtype differs
+        with pytest.raises(ArgumentError, match="expected dtype f32"):
+            f(gpu.ndarray(4096, dtype, ptr=x.data.ptr), 1.0, 0.0)
+    shorter = gpu.ndarray(1000, ptr=x.data.ptr)
+    launch, y = checked_launch(f, gpu, shorter, 1.0, 0.0)
+    assert y.shape == (1000,) and launch[-1][-1] == 1000  # n: the new shape's, not the recorded one's
+
+
+def test_an_array_on_another_device_is_not_replayed_on_the_current_ones(gpu):
+    """Same address, shape and dtype, but on device 1 while device 0 is current: the call
+    runs on device 1 (its module, its recording), never through device 0's replay."""
+    f, x = recorded(gpu)
+    elsewhere = gpu.ndarray(4096, device=1, ptr=x.data.ptr)
+    f(elsewhere, 1.0, 0.0)
+    for _ in range(2):
+        before = len(gpu.launches)
+        y = f(elsewhere, 1.0, 0.0)
+        (launch,) = gpu.launches[before:]
+        assert launch[0][1] == 1 and y.data.device_id == 1  # device 1's function, its output there
+    assert gpu.device == 0 and len(f._runners[1]._calls) == 1
+    with gpu.cp.cuda.Device(1):  # device 1 current, the array on device 0: device 0's function
+        before = len(gpu.launches)
+        f(x, 1.0, 0.0)
+        assert gpu.launches[before][0][1] == 0
+    a, b = gpu.ndarray(8), gpu.ndarray(8, device=1)
+    two = fusec.jit("pipeline p(a: f32[n], b: f32[n]) -> (y: f32[n]) { y = a + b; }", backend="cuda")
+    for _ in range(3):
+        with pytest.raises(ArgumentError, match="parameter 'b': the array is on device 1"):
+            two(a, b)
+
+
+def test_out_is_replayed_into_the_given_array_and_a_new_one_is_keyed_apart(gpu):
+    f = fusec.jit(SBR, backend="cuda")
+    x, y, z = gpu.ndarray(4096), gpu.ndarray(4096), gpu.ndarray(4096)
+    f(x, 1.0, 0.0, out=y)
+    f(x, 1.0, 0.0, out=y)
+    launch, result = replayed_launch(f, gpu, x, 2.0, 1.0, out=y)
+    assert result is y and launch == checked_launch(f, gpu, x, 2.0, 1.0, out=y)[0]
+    assert y.data.ptr in launch[-1]
+    launch, result = checked_launch(f, gpu, x, 2.0, 1.0, out=z)
+    assert result is z and z.data.ptr in launch[-1]
+    with pytest.raises(ArgumentError, match="out= array has shape"):
+        f(x, 1.0, 0.0, out=gpu.ndarray(4095))
+    assert f(x, 1.0, 0.0, out=None) is not y
+
+
+def test_the_inline_key_of_torch_tensors_is_the_backends_signature(gpu):
+    """The generated key reads a tensor as `CudaBackend.signature` does (grad mode
+    where the tensor requires grad), with no frame of its own."""
+    torch = pytest.importorskip("torch")
+    f = fusec.jit(SBR, backend="cuda")
+    f(gpu.ndarray(16), 1.0, 0.0)
+    runner = f._runner
+    runner._plain_key = runner._generate_key(False)  # generated now that torch is imported
+    tensors = [torch.ones(4), torch.ones(4, requires_grad=True), torch.ones(2, 3).t(), torch.nn.Parameter(torch.ones(3)),
+               torch.ones(4, dtype=torch.float16)]
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            for t in tensors:
+                assert runner._plain_key((t, 1.0, 0.0)) == (runner.backend.signature(t),)
+    assert "tensor_data_ptr" in "".join(__import__("linecache").getlines(runner._plain_key.__code__.co_filename))
+    sparse = torch.ones(4).to_sparse()
+    assert runner._plain_key((sparse, 1.0, 0.0)) is None
