@@ -30,7 +30,7 @@ def force(monkeypatch, strategy: str) -> None:
     block per row; held in registers where that can serve (a row's length a
     multiple of its vector, at most what its vectors hold), else the same warp or
     block per row reading the row again (the same threads take the same elements).
-    A cluster: of 2 or 4 blocks of a warp each (rows of up to 2,048 or 4,096
+    A cluster: of 2 or 4 blocks of two warps each (rows of up to 4,096 or 8,192
     elements), as small as the sim runs quickly."""
     import fusec.passes.variants as variants
     kind, _, resident = strategy.partition("-")
@@ -40,7 +40,7 @@ def force(monkeypatch, strategy: str) -> None:
     monkeypatch.setattr(variants, "WARP_ROW_BYTES", -1 if fallback == "block" else 1 << 62)
     if kind == "cluster":
         monkeypatch.setattr(variants, "RESIDENT_THREADS", ())
-        monkeypatch.setattr(variants, "CLUSTER_THREADS", (32,))
+        monkeypatch.setattr(variants, "CLUSTER_THREADS", (64,))
         monkeypatch.setattr(variants, "CLUSTER_BLOCKS", (2, 4))
     elif resident:
         threads = {"lanes": (8, 16), "warp": (32,), "block": (64, 128, 256, 512, 1024)}[kind]
@@ -70,7 +70,7 @@ def expected_strategy(strategy: str, length: int, width: int = 4) -> str:
     where rows of `length` cannot be held (f32: 4 elements a vector; 16 elements
     a thread of a warp or of a block of up to 1,024)."""
     kind, _, resident = strategy.partition("-")
-    most = {"cluster": 32 * 4 * 32}.get(kind) or 16 * {"lanes": 16, "warp": 32, "block": 1024}[kind]
+    most = {"cluster": 32 * 4 * 64}.get(kind) or 16 * {"lanes": 16, "warp": 32, "block": 1024}[kind]
     if resident and (length % width or length > most or length == 0):
         return "block" if kind in ("block", "cluster") else "warp"
     return strategy
@@ -278,6 +278,29 @@ def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vector
         assert launched_strategy(g) == family and "cached" not in g._runner.backend.launched[-1]
         np.testing.assert_array_equal(y.view(np.uint8), again[0].view(np.uint8))
         np.testing.assert_array_equal(s, again[1])
+
+
+@pytest.mark.parametrize("blocks", [2, 4, 16])
+def test_a_cluster_of_more_blocks_than_its_blocks_have_warps(blocks, monkeypatch):
+    """Each block's value reaches every other block, whichever lane of the first warp
+    writes it (blocks of two warps; clusters of two and four write theirs into the
+    others' shared memory, of 16 read the others')."""
+    import fusec.passes.variants as variants
+    monkeypatch.setattr(variants, "ROW_STRATEGIES", ("resident", "cluster", "block"))
+    monkeypatch.setattr(variants, "RESIDENT_THREADS", ())
+    monkeypatch.setattr(variants, "CLUSTER_THREADS", (64,))
+    monkeypatch.setattr(variants, "CLUSTER_BLOCKS", (blocks,))
+    x = np.random.default_rng(blocks).integers(-40, 40, (3, 64 * 32 * blocks)).astype(np.float32)
+    source = ("pipeline p(x: f32[r, c]) -> (s: f32[r, 1], hi: f32[r, 1], l: f32[r, 1], y: f32[r, c]) {\n"
+              "    s = row_sum(x); hi = row_max(x); l = row_logsumexp(x); y = x - hi + s - l;\n}")
+    f = fusec.jit(source, backend="sim")
+    s, hi, lse, y = f(x)  # the per-row values rank 0 stores; y, every block's own
+    assert f._runner.backend.launched[-1] == f"p_k0_c{blocks}_r64_v4"
+    want = fusec.jit(source, backend="numpy")(x)
+    np.testing.assert_array_equal(s, want[0])  # integers: exact in any order
+    np.testing.assert_array_equal(hi, want[1])
+    np.testing.assert_allclose(lse, want[2], rtol=4 * EPS32)
+    np.testing.assert_allclose(y, x - hi + s - lse, rtol=0, atol=2 ** -12)
 
 
 def test_statements_in_a_repeat_over_a_reductions_rows_stay_out_of_its_row_kernel():

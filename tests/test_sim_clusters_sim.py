@@ -56,6 +56,27 @@ extern "C" __global__ void thread_returns(float* __restrict__ out)
     out[blockIdx.x] = 1;
 }
 
+// The last block reads block 0's shared memory with no barrier keeping block 0
+// (the sim runs the blocks in turn from the barrier: block 0 has returned).
+extern "C" __global__ void read_after_return(float* __restrict__ out)
+{
+    __shared__ float s[1];
+    s[0] = blockIdx.x;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    if (__clusterRelativeBlockRank() == CLUSTER - 1) out[0] = *static_cast<float*>(__cluster_map_shared_rank(s, 0));
+}
+
+// Block 0 writes into the last block's shared memory before any cluster barrier.
+extern "C" __global__ void write_before_start(float* __restrict__ out)
+{
+    __shared__ float s[1];
+    if (__clusterRelativeBlockRank() == 0) *static_cast<float*>(__cluster_map_shared_rank(s, CLUSTER - 1)) = 1;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    out[blockIdx.x] = s[0];
+}
+
 // Shared memory of a rank beyond the cluster.
 extern "C" __global__ void rank_beyond(float* __restrict__ out)
 {
@@ -72,7 +93,8 @@ extern "C" __global__ void wait_alone(float* __restrict__ out)
 """
 
 PARAMS = {"cluster_sum": ["float*", "float*", "unsigned*"], "block_returns": ["float*"],
-          "thread_returns": ["float*"], "rank_beyond": ["float*"], "wait_alone": ["float*"]}
+          "thread_returns": ["float*"], "rank_beyond": ["float*"], "wait_alone": ["float*"],
+          "read_after_return": ["float*"], "write_before_start": ["float*"]}
 
 
 @pytest.fixture(scope="module", params=[2, 4, 16])
@@ -114,6 +136,22 @@ def test_a_thread_that_returns_before_the_clusters_barrier_fails(clusters):
     with pytest.raises(RuntimeError, match=re.escape("block 0: the cluster's barrier reached by 31 of its 32 threads; "
                                                      "the others returned without reaching it (thread 3 did)")):
         module("thread_returns", clusters[0], 32, np.zeros(clusters[0], np.float32))
+
+
+def test_reading_a_returned_blocks_shared_memory_fails(clusters):
+    """The pull exchange's last barrier keeps every block until the others have read it."""
+    blocks, module = clusters
+    with pytest.raises(RuntimeError, match=re.escape(f"block {blocks - 1}: __cluster_map_shared_rank() to block 0 "
+                                                     "of its cluster, which has returned")):
+        module("read_after_return", blocks, 32, np.zeros(1, np.float32))
+
+
+def test_writing_to_a_block_before_the_clusters_first_barrier_fails(clusters):
+    """The push exchange's first combine waits for an arrival every block makes at its start."""
+    blocks, module = clusters
+    with pytest.raises(RuntimeError, match=re.escape(f"block 0: __cluster_map_shared_rank() to block {blocks - 1} of "
+                                                     "its cluster, which has not started")):
+        module("write_before_start", blocks, 32, np.zeros(blocks, np.float32))
 
 
 def test_misused_cluster_intrinsics_fail(clusters, unclustered):

@@ -42,7 +42,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.ir.program import fmt_shape
-from fusec.target import BLOCK_SIZE
+from fusec.target import BLOCK_SIZE, CLUSTER_PUSH_BLOCKS
 
 
 
@@ -449,6 +449,7 @@ class _KernelEmitter:
                 "row": row, "col": col, "length": length, "scope": scope, "shared": bool(caches) and not resident,
                 "resident": resident, "slot": slot, "threads": threads, "thread": thread,
                 "cluster": cluster if rank else 0, "rank": rank, "block": block,
+                "push": bool(rank) and cluster <= CLUSTER_PUSH_BLOCKS,
                 # a block larger than any function can launch: ptxas to fit its registers to it
                 "bounds": block if not warp and block > BLOCK_SIZE else 0,
                 "partials": [] if warp else [(t, name) for t, name in partials.items()],

@@ -72,6 +72,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -112,24 +117,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -539,6 +582,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c4_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -556,13 +600,13 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v2;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // add_rmsnorm_k1_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_c8_r256_v4(
@@ -578,6 +622,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c8_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -595,13 +640,13 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v2;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // add_rmsnorm_k1_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_c16_r256_v4(
@@ -634,8 +679,8 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v2;
@@ -673,8 +718,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k1_row_mean_c16
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v2;
@@ -850,6 +895,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -890,24 +940,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -1295,6 +1383,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c4_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -1313,13 +1402,13 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v3 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v3;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // add_rmsnorm_bf16_k1_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c8_r256_v8(
@@ -1335,6 +1424,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c8_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -1353,13 +1443,13 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v3 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v3;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // add_rmsnorm_bf16_k1_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c16_r256_v8(
@@ -1393,8 +1483,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v3 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v3;
@@ -1433,8 +1523,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mea
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v3 = acc / length;
     if (t == 0) {
         row_mean_0[row] = v3;

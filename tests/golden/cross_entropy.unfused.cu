@@ -79,6 +79,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -119,24 +124,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -643,6 +686,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c4_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 4> lse_in[8];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
@@ -673,13 +717,13 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k1_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_c8_r256_v4(
@@ -695,6 +739,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c8_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 4> lse_in[8];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
@@ -725,13 +770,13 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k1_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_c16_r256_v4(
@@ -777,8 +822,8 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
@@ -829,8 +874,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
@@ -1235,6 +1280,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
     float acc = -(float)0;
 #pragma unroll
@@ -1253,13 +1299,13 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
@@ -1276,6 +1322,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
     float acc = -(float)0;
 #pragma unroll
@@ -1294,13 +1341,13 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
@@ -1335,8 +1382,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
@@ -1376,8 +1423,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
@@ -1708,6 +1755,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -1748,24 +1800,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -2234,6 +2324,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
@@ -2265,13 +2356,13 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
@@ -2287,6 +2378,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 8> lse_in[4];
     fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
 #pragma unroll
@@ -2318,13 +2410,13 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8(
@@ -2371,8 +2463,8 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
@@ -2424,8 +2516,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_lse_op(), partial_lse_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
     if (t == 0) {
         row_logsumexp_0[row] = lse;
@@ -2804,6 +2896,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
     float acc = -(float)0;
 #pragma unroll
@@ -2823,13 +2916,13 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
@@ -2846,6 +2939,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
     float acc = -(float)0;
 #pragma unroll
@@ -2865,13 +2959,13 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 25 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
@@ -2907,8 +3001,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
@@ -2949,8 +3043,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;

@@ -72,6 +72,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -112,24 +117,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -480,6 +523,7 @@ extern "C" __global__ void layernorm_k0_row_mean_c4_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -496,13 +540,13 @@ extern "C" __global__ void layernorm_k0_row_mean_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     if (t == 0) {
         mean[row] = v1;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
 extern "C" __global__ void layernorm_k0_row_mean_c8_r256_v4(
@@ -518,6 +562,7 @@ extern "C" __global__ void layernorm_k0_row_mean_c8_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -534,13 +579,13 @@ extern "C" __global__ void layernorm_k0_row_mean_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     if (t == 0) {
         mean[row] = v1;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
 extern "C" __global__ void layernorm_k0_row_mean_c16_r256_v4(
@@ -572,8 +617,8 @@ extern "C" __global__ void layernorm_k0_row_mean_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     if (t == 0) {
         mean[row] = v1;
@@ -610,8 +655,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_c16_r
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     if (t == 0) {
         mean[row] = v1;
@@ -1198,6 +1243,7 @@ extern "C" __global__ void layernorm_k1_row_var_c4_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 4> x_reg[8];
     const float length = (float)e1;
     float acc = (float)0;
@@ -1215,8 +1261,9 @@ extern "C" __global__ void layernorm_k1_row_var_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -1234,13 +1281,12 @@ extern "C" __global__ void layernorm_k1_row_var_c4_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
@@ -1256,6 +1302,7 @@ extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<float, 4> x_reg[8];
     const float length = (float)e1;
     float acc = (float)0;
@@ -1273,8 +1320,9 @@ extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -1292,13 +1340,12 @@ extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_k1_row_var_c16_r256_v4(
@@ -1331,8 +1378,8 @@ extern "C" __global__ void layernorm_k1_row_var_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -1350,8 +1397,8 @@ extern "C" __global__ void layernorm_k1_row_var_c16_r256_v4(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
@@ -1389,8 +1436,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_c16_r5
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v1 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -1408,8 +1455,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k1_row_var_c16_r5
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
@@ -1655,6 +1702,11 @@ __device__ __forceinline__ fz_lse<T> fz_shfl_xor(fz_lse<T> v, int offset)
 {
     return {fz_shfl_xor(v.m, offset), fz_shfl_xor(v.s, offset)};
 }
+// Lane 0's value, in every lane (a pair: each half).
+template <typename T>
+__device__ __forceinline__ T fz_shfl_first(T v) { return __shfl_sync(0xffffffffu, v, 0); }
+template <typename T>
+__device__ __forceinline__ fz_lse<T> fz_shfl_first(fz_lse<T> v) { return {fz_shfl_first(v.m), fz_shfl_first(v.s)}; }
 // Combines the values of each aligned group of `lanes` lanes of a warp (32, 16
 // or 8) by shuffles, in one order: every lane of a group gets the same result.
 template <typename T, typename Op>
@@ -1695,24 +1747,62 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
-// Combines every thread's value across a thread-block cluster of `blocks` blocks
-// (a power of two; distributed shared memory, sm_90): each block's combined
-// value goes to its slot[0]; after the cluster's barrier the first warp of
-// every block reads the blocks' values (lane r rank r's) and combines them by
-// an xor tree, so every block gets the same result in the same order, passed to
-// its threads in slot[1]. Each combine has slots of its own, so one barrier
-// across the cluster suffices; fz_cluster_exit keeps every block until the
-// others have read its slots.
+// Combines every thread's value across a thread-block cluster of `Blocks`
+// blocks (distributed shared memory, sm_90; blocks of a power-of-two count of
+// warps), so that every block gets the same result in the same order. First the
+// block's value, by its warps' shuffles and the first warp's xor tree; then
+// - push (clusters of up to 8): lane r of the first warp writes it into block
+//   r's `slot` (Blocks values), at this block's place; after the cluster's
+//   barrier every thread combines the blocks' values from its own shared memory
+//   in one tree order. A block writes to the others only before a barrier they
+//   all pass, so it may exit after its last combine; the kernel's first
+//   combine waits until every block has started (an arrival at its start);
+// - pull (16): the block's value in its slot[0]; after the cluster's barrier
+//   the first warp reads the blocks' values (lane r rank r's) and combines them
+//   by an xor tree, passing the result in slot[1]; fz_cluster_exit keeps each
+//   block until the others have read it.
+// Each combine has slots of its own. target.CLUSTER_PUSH_BLOCKS says why each.
 template <typename T, typename Op>
-__device__ __forceinline__ T fz_cluster_combine(T v, Op op, T* partial, T* slot, unsigned blocks)
+__device__ __forceinline__ T fz_cluster_block_value(T v, Op op, T* partial)
 {
-    v = fz_block_combine(v, op, partial);
+    const unsigned warps = (blockDim.x + 31u) / 32u;
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0u) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        v = partial[threadIdx.x < warps ? threadIdx.x : 0u];
+        for (unsigned offset = warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = fz_shfl_first(v);  // lanes beyond the warps' count: the block's value too
+    }
+    return v;  // in the first warp
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_push(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
+    if (threadIdx.x < Blocks)
+        static_cast<T*>(__cluster_map_shared_rank(slot, threadIdx.x))[__clusterRelativeBlockRank()] = v;
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    T part[Blocks];
+#pragma unroll
+    for (unsigned r = 0; r < Blocks; ++r) part[r] = slot[r];
+#pragma unroll
+    for (unsigned half = Blocks / 2u; half > 0u; half >>= 1)
+#pragma unroll
+        for (unsigned r = 0; r < half; ++r) part[r] = op(part[r], part[r + half]);
+    return part[0];
+}
+template <unsigned Blocks, typename T, typename Op>
+__device__ __forceinline__ T fz_cluster_combine_pull(T v, Op op, T* partial, T* slot)
+{
+    v = fz_cluster_block_value(v, op, partial);
     if (threadIdx.x == 0u) slot[0] = v;
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     if (threadIdx.x < 32u) {
-        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < blocks ? threadIdx.x : 0u));
-        for (unsigned offset = blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+        v = *static_cast<const T*>(__cluster_map_shared_rank(slot, threadIdx.x < Blocks ? threadIdx.x : 0u));
+        for (unsigned offset = Blocks / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
         if (threadIdx.x == 0u) slot[1] = v;
     }
     __syncthreads();
@@ -2039,6 +2129,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c4_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -2056,13 +2147,13 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         mean[row] = v2;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_c8_r256_v8(
@@ -2078,6 +2169,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c8_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const float length = (float)e1;
     float acc = (float)0;
 #pragma unroll
@@ -2095,13 +2187,13 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         mean[row] = v2;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_c16_r256_v8(
@@ -2134,8 +2226,8 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         mean[row] = v2;
@@ -2173,8 +2265,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     if (t == 0) {
         mean[row] = v2;
@@ -2730,6 +2822,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c4_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     fz_vec<float, 8> held[4];
@@ -2750,8 +2843,9 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 4u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -2768,13 +2862,12 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c4_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 4u);
+    __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
@@ -2790,6 +2883,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
+    __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     fz_vec<__nv_bfloat16, 8> x_reg[4];
     const float length = (float)e1;
     fz_vec<float, 8> held[4];
@@ -2810,8 +2904,9 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 8u);
+    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -2828,13 +2923,12 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 8u);
+    __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
     }
-    fz_cluster_exit();  // the others may still read this block's shared memory
 }
 // layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_c16_r256_v8(
@@ -2870,8 +2964,8 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -2888,8 +2982,8 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_c16_r256_v8(
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;
@@ -2930,8 +3024,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_c
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the cluster's others; the row's
-    acc = fz_cluster_combine(acc, fz_sum_op(), partial_float, cluster, 16u);
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
     const float v2 = acc / length;
     float acc_ = (float)0;
 #pragma unroll
@@ -2948,8 +3042,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_c
       }
       }
     }
-    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the cluster's others; the row's
-    acc_ = fz_cluster_combine(acc_, fz_sum_op(), partial_float, cluster_, 16u);
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
     const float v5 = acc_ / length;
     if (t == 0) {
         row_var_0[row] = v5;

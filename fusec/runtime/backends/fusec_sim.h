@@ -315,6 +315,7 @@ struct fz_sim_cluster_state {
     unsigned registered;          // blocks' threads that have set their anchor
     unsigned char status[16];     // each block of the current cluster: FZ_SIM_READY, _AT_CLUSTER, _RETURNED
     unsigned char* anchor[16];    // each block's thread's fz_sim_dynamic_shared: its shared memory's place
+    bool started[16];             // each block of the current cluster has begun running
     bool failed;
 };
 inline fz_sim_cluster_state* fz_sim_cluster = nullptr;  // null: a launch without clusters
@@ -340,6 +341,8 @@ inline void __cluster_barrier_arrive()
     t.cluster_arrived = true;
 }
 
+inline void __cluster_barrier_arrive_relaxed() { __cluster_barrier_arrive(); }  // the sim orders every access
+
 inline void __cluster_barrier_wait()
 {
     fz_sim_cluster_of("__cluster_barrier_wait()");
@@ -361,6 +364,12 @@ inline void* __cluster_map_shared_rank(void* p, unsigned rank)
     fz_sim_cluster_state& c = fz_sim_cluster_of("__cluster_map_shared_rank()");
     if (rank >= c.blocks)
         fz_sim_fail("block %u: __cluster_map_shared_rank() to rank %u of a cluster of %u", blockIdx.x, rank, c.blocks);
+    if (!c.started[rank])  // CUDA asks for a barrier of the cluster's blocks before their shared memory is used
+        fz_sim_fail("block %u: __cluster_map_shared_rank() to block %u of its cluster, which has not started "
+                    "(no cluster barrier since the kernel began)", blockIdx.x, blockIdx.x - blockIdx.x % c.blocks + rank);
+    if (c.status[rank] == FZ_SIM_RETURNED)  // its shared memory is gone (CUDA leaves the access undefined)
+        fz_sim_fail("block %u: __cluster_map_shared_rank() to block %u of its cluster, which has returned",
+                    blockIdx.x, blockIdx.x - blockIdx.x % c.blocks + rank);
     return static_cast<unsigned char*>(p) - c.anchor[blockIdx.x % c.blocks] + c.anchor[rank];
 }
 
@@ -576,6 +585,7 @@ inline void fz_sim_cluster_next(fz_sim_cluster_state& c, unsigned first, unsigne
         return;
     }
     std::memset(c.status, FZ_SIM_READY, sizeof c.status);  // all go on, or the next cluster starts
+    if (!waiting) std::memset(c.started, 0, sizeof c.started);
     c.turn = waiting ? first : first + c.blocks < c.grid ? first + c.blocks : c.grid;
 }
 
@@ -595,6 +605,7 @@ void fz_sim_cluster_run(fz_sim_cluster_worker& w)
             const unsigned b = first + w.rank;
             if (!fz_sim_cluster_wait_turn(c, b)) break;
             runner.start(b);
+            c.started[w.rank] = true;
             for (;;) {
                 blockIdx = {b, 0, 0};
                 runner.resume();
