@@ -231,6 +231,18 @@ def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
     assert reductions == ["row_max", "row_sum"]
 
 
+@pytest.mark.parametrize("arch, clusters", [("sm_80", False), ("sm_89", False), ("sm_90", True), ("sm_90a", True)])
+def test_clusters_only_where_the_architecture_has_them(arch, clusters):
+    """Thread-block clusters came with sm_90: compiled for an earlier GPU, a row
+    kernel's longest resident variant is a block's (16 Ki f32 elements)."""
+    program = check_source(Source("t.fz", SOFTMAX))
+    compiled = compile_pipeline(program, "p", CompileOptions(arch=arch))
+    names = [v.name for v in compiled.interface.kernels[0].variants]
+    assert any("_c16_" in n for n in names) == clusters
+    assert ("__clusterRelativeBlockRank" in compiled.cuda) == clusters
+    assert max(v.max_row or 0 for v in compiled.interface.kernels[0].variants) == (262144 if clusters else 16384)
+
+
 def test_unfused_each_statement_is_its_own_kernel_and_a_reduction_a_row_kernel():
     compiled = compile_text(SOFTMAX, fuse="none")
     forms = [type(k.form).__name__ for k in compiled.interface.kernels]
