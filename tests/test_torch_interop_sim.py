@@ -1,6 +1,7 @@
 """CPU torch tensors on the sim and numpy backends: tensors in give tensors out,
-bf16 included, without a copy; a call takes arrays of one kind; out= and inout
-with tensors. Sim tier (g++)."""
+bf16 included, without a copy, for every example on both backends (NumPy in gives
+NumPy out); a call takes arrays of one kind; out= and inout with tensors. Sim tier
+(g++). The cuda backend's side (CUDA tensors and CuPy arrays): tests/test_torch_gpu.py."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -57,14 +58,15 @@ def test_numpy_backend_takes_tensors_and_writes_out_tensors():
     np.testing.assert_array_equal(out[1].numpy(), em)
 
 
+@pytest.mark.parametrize("backend", ["sim", "numpy"])
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_every_example_takes_and_returns_tensors_on_the_sim(path):
+def test_every_example_takes_and_returns_tensors(path, backend):
     """Each example on CPU tensors: torch tensors of the declared dtypes come
     back, equal to the reference on the same data; inout tensors are updated
-    in place (the sim wrote through the tensors' own memory)."""
+    in place (the backend wrote through the tensors' own memory)."""
     program = load_program(path)
     for pipeline in program.pipelines:
-        sim = JitPipeline(program, pipeline.name, JitOptions(backend="sim"))
+        sim = JitPipeline(program, pipeline.name, JitOptions(backend=backend))
         args = random_args(pipeline, 37, seed=1)
         expected_args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         expected = reference(program, pipeline.name, *expected_args)
@@ -96,10 +98,12 @@ def test_bf16_tensors_round_trip_without_a_copy():
     assert torch.equal(out[0], y) and torch.equal(out[1], m)
 
 
-def test_numpy_in_gives_numpy_out():
-    f = fusec.jit(SBR, backend="sim")
+@pytest.mark.parametrize("backend", ["sim", "numpy"])
+def test_numpy_in_gives_numpy_out(backend):
+    f = fusec.jit(SBR, backend=backend)
     y, m = f(*sbr_args())
     assert type(y) is np.ndarray and y.dtype == BF16 and type(m) is np.ndarray
+    assert m.dtype == np.bool_
 
 
 def test_outputs_and_temporaries_of_a_tensor_call_are_allocated_by_torch(monkeypatch):
@@ -119,8 +123,9 @@ def test_outputs_and_temporaries_of_a_tensor_call_are_allocated_by_torch(monkeyp
     assert torch.equal(y, torch.relu(x * 2.0 + 0.5))
 
 
-def test_a_traced_function_returns_tensors():
-    @fusec.jit(backend="sim")
+@pytest.mark.parametrize("backend", ["sim", "numpy"])
+def test_a_traced_function_returns_what_it_was_given(backend):
+    @fusec.jit(backend=backend)
     def mix(a, b, s):
         return np.maximum(a * s, b), a + b
 
@@ -128,6 +133,10 @@ def test_a_traced_function_returns_tensors():
     hi, total = mix(a, b, 0.5)
     assert type(hi) is torch.Tensor and torch.equal(hi, torch.maximum(a * 0.5, b))
     assert torch.equal(total, a + b)
+    hi, total = mix(a.bfloat16(), b.bfloat16(), 0.5)
+    assert hi.dtype == torch.bfloat16 and type(total) is torch.Tensor
+    hi, total = mix(a.numpy(), b.numpy(), 0.5)
+    assert type(hi) is np.ndarray and type(total) is np.ndarray
 
 
 @pytest.mark.parametrize("backend", ["sim", "numpy"])

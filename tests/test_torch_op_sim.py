@@ -123,6 +123,7 @@ class CountingBackend:
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     yield
     torch._dynamo.reset()
 
@@ -138,21 +139,46 @@ def test_compiled_model_with_the_op_has_no_graph_break():
     assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
-@torch.no_grad()
-@pytest.mark.parametrize("dynamic", [None, True])
-def test_a_new_float_argument_does_not_recompile(dynamic):
-    """Five learning rates: Dynamo compiles the first as a constant, and the
-    first change once more with the float as an input (as it does for torch's
-    own ops); no later value recompiles. dynamic=True skips the first. (Had
-    the schema said `float`, every value would recompile.)"""
-    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+@pytest.mark.parametrize("backend,grad,dynamic", [
+    ("aot_eager", False, None), ("aot_eager", True, None), ("aot_eager", False, True), ("aot_eager", True, True),
+    ("inductor", True, None),  # once: Inductor's compiles take seconds
+])
+def test_a_new_float_argument_does_not_recompile(backend, grad, dynamic):
+    """Five learning rates, forward alone or forward and backward: Dynamo compiles the first as
+    a constant, and the first change once more with the float as an input (as it does for
+    torch's own ops); no later value recompiles, and each value is used. dynamic=True skips the
+    first. Through AOTAutograd (aot_eager, Inductor), which specializes a float that reaches a
+    custom op's Scalar: under torch.compile the op takes it as a 0-d tensor (op.op_tensor_scalars)."""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), backend="numpy")
     model = BiasGeluMLP(op, 16)
-    backend = CountingBackend()
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
     x = torch.randn(8, 16)
     for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
-        torch.testing.assert_close(compiled(x, scale), model(x, scale), rtol=1e-5, atol=1e-5)
-    assert backend.graphs == (1 if dynamic else 2)
+        with torch.set_grad_enabled(grad):
+            found = compiled(x, scale)
+            expected = model(x, scale)
+            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
+            if grad:
+                (g,) = torch.autograd.grad(found.sum(), model.bias)
+                (want,) = torch.autograd.grad(expected.sum(), model.bias)
+                torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == (1 if dynamic else 2)
+
+
+def test_the_op_taking_float_scalars_as_tensors_passes_opcheck():
+    """op.op_tensor_scalars, what torch.compile calls on CPU tensors: its fake implementation,
+    autograd (its backward op takes the scalar as a tensor too) and AOT checks."""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), backend="numpy")
+    assert op.op_tensor_scalars is not None and op.backward.op_tensor_scalars is not None
+    x, b = torch.randn(5, 7, requires_grad=True), torch.randn(7, requires_grad=True)
+    scale = torch.tensor(0.5, dtype=torch.float64)
+    torch.library.opcheck(op.op_tensor_scalars, (x, b, scale))
+    y = op(x, b, scale)  # a tensor where the float goes: this op
+    torch.testing.assert_close(y, bias_gelu_torch(x, b, 0.5), rtol=2e-5, atol=1e-6)
+    y.sum().backward()
+    twin_x, twin_b = x.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    bias_gelu_torch(twin_x, twin_b, 0.5).sum().backward()
+    torch.testing.assert_close((x.grad, b.grad), (twin_x.grad, twin_b.grad), rtol=2e-5, atol=1e-5)
 
 
 @torch.no_grad()

@@ -26,8 +26,10 @@ trunc, comparisons, integer casts and the unselected side of `where`; `min`,
 through a broadcast of its last dim (`[*rows, 1]` read over `[*rows, n]`)
 gets its adjoint summed over the row (`row_sum`); one read over leading dims
 (a per-column bias) summed over them (`col_sum`); `row_pick(x, j)` passes its
-adjoint to the element picked (`row_position(x) == j`). Not yet: `repeat`, `inout`
-parameters, and a broadcast along a middle dim: each a located error.
+adjoint to the element picked (`row_position(x) == j`). Integer and bool outputs
+carry no gradient (as torch.max's indices); a pipeline whose float inputs reach
+only such outputs cannot be differentiated. That, `repeat`, `inout` parameters and
+a broadcast along a middle dim: each a located error.
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
 # Operations through which no gradient flows (PyTorch gives them a zero gradient).
 _ZERO = {"floor", "ceil", "round", "trunc", "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "isnan",
          "isinf", "const"}
+# An adjoint longer than this (characters of .fz) that two terms or more read is named by a
+# statement of its own, so that the printed backward grows with the forward, not with the
+# product of its fan-outs (fusion_hurts': 1.8 MB inline). Fusion puts the statements back
+# into one kernel, and the IR's common subexpressions make the same code either way.
+SHARED_ADJOINT = 40
 LN2, LN10, TWO_OVER_SQRT_PI = "0.6931471805599453", "2.302585092994046", "1.1283791670955126"
 
 
@@ -108,19 +115,30 @@ _CHOICES: dict[tuple, BackwardChoice] = {}
 TIE = 0.01  # backwards predicted within 1 % of the fastest tie: the less arithmetic is taken
 
 
-def choose_backward(program: Program, name: str, options=None) -> BackwardChoice:
+def choose_backward(program: Program, name: str, options=None, max_params: int | None = None) -> BackwardChoice:
     """Pipeline `name`'s backward form with the lower predicted forward + backward
-    time (fusec's compile path, CompileOptions `options`, fused by the cost model):
-    every subset of its saveable outputs (the empty one and all of them beyond three)."""
+    time (fusec's compile path, CompileOptions `options`, fused by the cost model, or
+    unfused where options say fuse="none": the form that will run): every subset of its
+    saveable outputs (the empty one and all of them beyond three), each taking at most
+    `max_params` parameters if given (a torch op's limit; FzError where none does)."""
     from fusec.compiler import CompileOptions
-    options = replace(options or CompileOptions(), fuse="auto", persistent=False, multi_tensor=False,
-                      partition=None, observed=())
-    key = (program.source.text, name, options)
+    options = options or CompileOptions()
+    options = replace(options, fuse="none" if options.fuse == "none" else "auto", persistent=False,
+                      multi_tensor=False, partition=None, observed=())
+    key = (program.source.text, name, options, max_params)
     if key in _CHOICES:
         return _CHOICES[key]
     saveable = saveable_outputs(program, name)
     forms = [()] + ([c for k in range(1, len(saveable) + 1) for c in itertools.combinations(saveable, k)]
                     if len(saveable) <= 3 else [saveable])
+    if max_params is not None:
+        pipeline = program.pipeline(name)
+        taken = len(pipeline.params) + sum(o.type.is_float for o in pipeline.outputs)  # and the outputs saved
+        forms = [form for form in forms if taken + len(form) <= max_params]
+        if not forms:
+            raise FzError(Diagnostic(pipeline.loc, f"the backward of pipeline '{name}' takes {taken} arguments (its "
+                                                   f"parameters and its float outputs' gradients); at most "
+                                                   f"{max_params} fit"), program.source)
     forward = _predicted(program, name, options)
     times = {form: _predicted(_checked(backward_source(program, name, form), program), f"{name}_grad", options)
              for form in forms}
@@ -261,6 +279,8 @@ class _Backward:
                                      "before the update; make the new value an output to differentiate")
         outputs = [o for o in p.outputs if o.type.is_float]
         inputs = [s for s in p.params if s.is_array and s.type.is_float]
+        if inputs and not outputs:
+            self.no_float_output(p)
         grads_out = {o.name: self.fresh(f"grad_{o.name}") for o in outputs}
         grads_in = {s.name: self.fresh(f"grad_{s.name}") for s in inputs}
         contributions: dict[str, list[str]] = {}
@@ -288,6 +308,33 @@ class _Backward:
                 f"{'them' if len(self.saved) > 1 else 'it'}.\n" if self.saved else ""
         return (f"# The backward of pipeline {p.name}, derived by fusec (fusec compile --grad).\n{saved}"
                 f"pipeline {p.name}_grad({', '.join(params)})\n    -> ({', '.join(results)}) {{\n{body}\n}}\n")
+
+    def no_float_output(self, p) -> None:
+        """The located error of a pipeline with float array inputs and no float output: at the
+        statement whose integer (or bool) output a float input reaches, where the gradient stops."""
+        floats = {s.name for s in p.params if s.is_array and s.type.is_float}
+        for o in p.outputs:
+            for value in self.graph.results:
+                if self.graph.value(value).buffer != o.name:
+                    continue
+                reached = sorted(self.reaching(value) & floats)
+                if reached:
+                    self.error(self.producer[value].loc,
+                               f"'{o.name}' is {o.type.name}, computed from the float parameter '{reached[0]}': "
+                               f"integer and bool values carry no gradient, and pipeline '{p.name}' has no float "
+                               "output to differentiate (return the float value as an output)")
+        self.error(p.loc, f"pipeline '{p.name}' has no float output to differentiate")
+
+    def reaching(self, value: str) -> set[str]:
+        """The values `value` is computed from (itself included), through every statement."""
+        found, todo = set(), [value]
+        while todo:
+            v = todo.pop()
+            if v not in found:
+                found.add(v)
+                stage = self.producer.get(v)
+                todo += sorted(stage.reads()) if stage is not None else []
+        return found
 
     def recompute(self, stage: Stage) -> list[str]:
         """The forward statement, over SSA names."""
@@ -355,9 +402,23 @@ class _Backward:
                 lines.append(f"{name} = {y} * ({a} - row_sum({a} * {y}));")
                 self.exp_seeds.setdefault(exp_value, []).append(name)
                 continue
-            for arg, term in self.rule(ins, [text(j) for j in ins.args], text(i), a, instrs):
+            args = [text(j) for j in ins.args]
+            terms = self.rule(ins, args, text(i), a, instrs)
+            if len(a) > SHARED_ADJOINT and not a.isidentifier() and \
+                    sum(term.count(a) for arg, term in terms if self.carries(instrs[arg])) > 1:
+                name = self.fresh(f"d_{self.names[stage.outputs[0]]}_{ins.op}{i}")
+                lines.append(f"{name} = {a};")
+                terms = self.rule(ins, args, text(i), name, instrs)
+            for arg, term in terms:
                 adj.setdefault(arg, []).append(term)
         return lines
+
+    def carries(self, ins) -> bool:
+        """Whether an adjoint reaching instruction `ins` may go further (not into a constant, a
+        scalar parameter or an integer)."""
+        if ins.op == "const" or not ins.type.is_float:
+            return False
+        return ins.op != "load" or self.graph.value(ins.attr).shape is not None
 
     def arrive(self, stage: Stage, value: str, a: str, contributions: dict[str, list[str]], loc: Loc) -> None:
         """An adjoint reaching a value the statement loads, summed over what it was broadcast along."""
@@ -417,10 +478,18 @@ class _Backward:
     def reduction_adjoint(self, stage: Stage, d: str, x: str, index: str | None = None) -> str:
         op, result = stage.reduce, self.names[stage.outputs[0]]
         length = f"row_sum(where(isnan({x}), 1.0, 1.0))"
-        if op in ("sum", "col_sum", "col_partial"):  # each element's adjoint is the sum's (broadcast back)
+        # The reduced value's adjoint over the operand's shape: where it were left narrow ([*rows, 1]
+        # or [cols]), a later sum of it over the row or the columns (a value read through a
+        # broadcast) would count it once, not once an element. A parameter reduced as it is takes
+        # it narrow (its gradient, an output, is broadcast as it is stored), so that its backward
+        # need not read it.
+        spread = d if self.parameter_as_it_is(stage) else f"where(isnan({x}), {d}, {d})"
+        if op == "col_sum":  # over the chunks' partial sums (never printed): col_partial's spreads it
             return d
+        if op in ("sum", "col_partial"):  # each element's adjoint is the sum's
+            return spread
         if op == "mean":
-            return f"{d} / {length}"
+            return f"{spread} / {length}"
         if op == "var":
             return f"{d} * 2.0 * ({x} - row_mean({x})) / {length}"
         if op in ("max", "min"):  # shared among the elements equal to it, as torch.amax does
@@ -431,6 +500,14 @@ class _Backward:
         if op == "logsumexp":  # exp(y) where y = x - logsumexp(x) is saved
             return f"{d} * exp({self.saved_exprs.get(f'({x} - {result})', f'{x} - {result}')})"
         self.error(stage.loc, f"row_{op}() is not differentiable yet")
+
+    def parameter_as_it_is(self, stage: Stage) -> bool:
+        """A reduction's operand is a parameter of the reduction's own shape, loaded as it is."""
+        operand = stage.body.instrs[stage.body.results[0]]
+        if operand.op != "load" or operand.attr not in {s.name for s in self.pipeline.params}:
+            return False
+        shape = self.graph.value(operand.attr).shape or ()
+        return tuple(map(self.same_dim, shape)) == tuple(map(self.same_dim, stage.shape))
 
     def rule(self, ins, args: list[str], r: str, a: str, instrs) -> list[tuple[int, str]]:
         """(argument, adjoint term) for each argument a gradient flows to."""

@@ -13,11 +13,18 @@ backend, on torch's current stream, with outputs and temporaries from torch's
 caching allocator (so CUDA graphs capture it); CPU tensors on the sim backend
 (or the numpy one).
 
-Float scalars are `Scalar`, not `float`: Dynamo guards on the value of a
-custom op's `float` argument, so a new learning rate would recompile the model
-(up to the recompile limit, then fall back to eager), while a `Scalar` that
-Dynamo has made symbolic (`torch._dynamo.config.specialize_float` is False)
-passes through unguarded (torch 2.13; torch 2.11 still specializes it).
+Float scalars are `Scalar`, not `float` (Dynamo guards on the value of a
+custom op's `float` argument). A float that changes, Dynamo makes symbolic,
+but AOTAutograd (aot_eager, Inductor) still specializes one that reaches a
+custom op, so each new value (a learning rate) would compile the model again:
+under torch.compile on CPU tensors the op is called as `NAME_tensor_scalars`,
+taking its float scalars as 0-d float64 tensors, which pass through as graph
+inputs. On CUDA tensors it keeps the Scalar (see `TorchOp._tensor_scalars`).
+
+An op whose pipeline cannot be differentiated (repeat, inout, no float output)
+raises the located FzError that says why when a gradient reaches it (its
+backward), or, for an op mutating its arguments (for which torch keeps no
+autograd formula), when it is called on a tensor that requires grad.
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ import sys
 import typing
 from dataclasses import dataclass, replace
 
-from fusec.errors import ArgumentError
+from fusec.errors import ArgumentError, FzError
 from fusec.ir.launch import CallSignature, SignatureParam, call_signature
 from fusec.jit import JitOptions, JitPipeline, jit
 from fusec.runtime.binder import bind_dims, concrete
@@ -36,6 +43,9 @@ from fusec.runtime.binder import bind_dims, concrete
 SCALAR_SCHEMA = {"float": "Scalar", "int": "SymInt", "uint": "SymInt", "bool": "bool"}
 # The Python type a scalar of a schema type is passed as.
 SCALAR_PYTHON = {"Scalar": float, "SymInt": int, "bool": bool}
+# The most arguments an op's schema may have (c10's limit: "this PyTorch build only supports 64"):
+# the backward op's forms that take more saved outputs are left out of the choice.
+TORCH_MAX_ARGUMENTS = 64
 JIT_OPTIONS = ("fuse", "backend", "max_regs", "arch", "persistent")
 
 
@@ -83,13 +93,72 @@ class TorchOp:
         mutated = [p.name for p in definition.params if p.mutated]
         self.op = torch.library.custom_op(name, self._run, mutates_args=mutated, schema=self.schema)
         self.op.register_fake(self._fake)
+        # The same op taking its float scalars as 0-d float64 tensors (`NAME_tensor_scalars`): what
+        # torch.compile calls on CPU tensors, and the backward of such a call (see __call__).
+        self._floats = tuple(i for i, p in enumerate(definition.params) if p.type == "Scalar")
+        self.op_tensor_scalars = None
+        if self._floats:
+            self.op_tensor_scalars = torch.library.custom_op(
+                f"{name}_tensor_scalars", self._run_tensor_scalars, mutates_args=mutated,
+                schema=definition.schema(tensor_scalars=True))
+            self.op_tensor_scalars.register_fake(self._fake)
+        ops = [op for op in (self.op, self.op_tensor_scalars) if op is not None]
         self._runners: dict[tuple, object] = {}
-        self.backward = definition.backward(torch, name) if differentiable else None  # no double backward yet
-        if self.backward is not None:
-            self.op.register_autograd(self._backward, setup_context=self._setup_context)
+        # The backward op (None: a backward op itself, no double backward yet), or why there is none:
+        # the located FzError of what cannot be differentiated (repeat, inout, no float output).
+        self.backward, self.not_differentiable = None, None
+        if differentiable:
+            try:
+                self.backward = definition.backward(torch, name)
+            except FzError as exc:
+                self.not_differentiable = exc
+        for op in ops:
+            if self.backward is not None:
+                op.register_autograd(self._backward, setup_context=self._setup_context)
+            elif self.not_differentiable is not None and not mutated:
+                # torch refuses autograd for an op that mutates its arguments (see __call__)
+                op.register_autograd(self._refuse_backward, setup_context=_no_context)
 
     def __call__(self, *args, **kwargs):
+        torch = self.torch
+        if self.not_differentiable is not None and self.definition.mutates and torch.is_grad_enabled():
+            # An op mutating a tensor that autograd records would leave a silently wrong gradient
+            # (torch keeps no autograd formula for such an op): refused, with the located reason.
+            if any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
+                raise self._not_differentiable()
+        if self._floats and not kwargs and self._tensor_scalars(args):
+            args = tuple(torch.zeros((), dtype=torch.float64) + a if i in self._floats and
+                         not isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
+            return self.op_tensor_scalars(*args)
         return self.op(*args, **kwargs)
+
+    def _tensor_scalars(self, args: tuple) -> bool:
+        """Whether a call takes its float scalars as tensors: under torch.compile on CPU tensors, or
+        where one already is a tensor (the backward of such a call).
+
+        Dynamo makes a float argument that changes symbolic, but a custom op's `Scalar` is then
+        specialized (AOTAutograd's pass turning float arithmetic into tensor arithmetic cannot reach
+        into the op), so each new value would compile again; as a 0-d tensor made by an addition
+        (which that pass does turn), it is an input of the graph. On CUDA tensors the op keeps its
+        Scalar: a CPU tensor in the graph would keep Inductor's CUDA graphs (mode="reduce-overhead")
+        from capturing it, and a CUDA one cannot be read without a synchronization."""
+        torch = self.torch
+        if any(isinstance(args[i], torch.Tensor) for i in self._floats if i < len(args)):
+            return True
+        if not torch.compiler.is_compiling():
+            return False
+        devices = [a.device.type for a, p in zip(args, self.definition.params) if p.is_tensor]
+        return bool(devices) and devices[0] == "cpu"
+
+    def _run_tensor_scalars(self, *args):
+        return self._run(*(float(a) if i in self._floats else a for i, a in enumerate(args)))
+
+    def _not_differentiable(self) -> FzError:
+        """The located reason, for a call whose gradient fusec cannot give."""
+        return self.not_differentiable.with_source(self.not_differentiable.source)
+
+    def _refuse_backward(self, ctx, *grads):
+        raise self._not_differentiable()
 
     def __repr__(self) -> str:
         return f"<fusec torch op {self.name}{self.schema}>"
@@ -190,6 +259,10 @@ class TorchOp:
         return runner
 
 
+def _no_context(ctx, inputs, output) -> None:
+    pass
+
+
 def _as_op_result(outputs: list):
     return None if not outputs else outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -233,9 +306,13 @@ class _Definition:
     n_outputs: int
     options: JitOptions
 
-    def backward(self, torch, name: str) -> "TorchOp | None":
-        """The op computing the gradients (None: not derived for this kind of definition)."""
-        return None
+    def backward(self, torch, name: str) -> "TorchOp":
+        """The op computing the gradients; FzError where the pipeline cannot be differentiated."""
+        raise NotImplementedError
+
+    @property
+    def mutates(self) -> bool:
+        return any(p.mutated for p in self.params)
 
     def gradient_layout(self, inputs: list, outputs: tuple) -> "GradientLayout":
         """How the backward op is called for these inputs and outputs."""
@@ -246,9 +323,11 @@ class _Definition:
         gradients), saved by autograd from the forward."""
         return [False] * self.n_outputs
 
-    def schema(self) -> str:
+    def schema(self, tensor_scalars: bool = False) -> str:
+        """The op's schema (tensor_scalars: float scalars as Tensors, 0-d float64)."""
         aliases = iter("abcdefghijklmnopqrstuvwxyz")
-        params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else f"{p.type} {p.name}" for p in self.params]
+        params = [f"Tensor({next(aliases)}!) {p.name}" if p.mutated else
+                  f"{'Tensor' if tensor_scalars and p.type == 'Scalar' else p.type} {p.name}" for p in self.params]
         returns = "Tensor" if self.n_outputs == 1 else "(" + ", ".join(["Tensor"] * self.n_outputs) + ")"
         return f"({', '.join(params)}) -> {returns}"
 
@@ -293,20 +372,18 @@ class _FzDefinition(_Definition):
     def saved_outputs(self) -> list[bool]:
         return [o.name in self._saved for o in self._signature.outputs]
 
-    def backward(self, torch, name: str) -> "TorchOp | None":
+    def backward(self, torch, name: str) -> "TorchOp":
         """The backward pipeline as the op `name`_backward, in the form the cost model
-        chose (the outputs it takes saved, if any); None where it cannot be derived
-        (loops, inout, ...: calling backward then fails in torch)."""
+        chose (the outputs it takes saved, if any); FzError, located, where it cannot be
+        derived (repeat, inout, no float output: the op's backward, or a call of a
+        mutating op that autograd would record, raises it)."""
         from fusec.compiler import CompileOptions
-        from fusec.errors import FzError
         from fusec.frontend.grad import backward_program, choose_backward
-        options = CompileOptions(max_regs=self.options.max_regs, fast_math=self.options.fast_math,
+        options = CompileOptions(fuse=self.options.fuse, max_regs=self.options.max_regs,
+                                 fast_math=self.options.fast_math,
                                  **({"arch": self.options.arch} if self.options.arch else {}))
-        try:
-            self._saved = choose_backward(self.program, self.name, options).saved
-            program = backward_program(self.program, self.name, saved={self.name: self._saved})
-        except FzError:
-            return None
+        self._saved = choose_backward(self.program, self.name, options, max_params=TORCH_MAX_ARGUMENTS).saved
+        program = backward_program(self.program, self.name, saved={self.name: self._saved})
         return TorchOp(torch, f"{name}_backward", _FzDefinition(program, f"{self.name}_grad", self.options),
                        differentiable=False)
 
