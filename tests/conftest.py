@@ -1,7 +1,13 @@
+import os
 import shutil
 
 import pytest
 from helpers import TIERS, tier_of
+
+# The sim's header is parsed once into a precompiled header (fusec.runtime.host_compiler): the
+# libraries are the same bytes, built a quarter faster. Set here, it reaches the test workers and
+# every process they start.
+os.environ.setdefault("FUSEC_SIM_PCH", "1")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,6 +27,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="g++ not found"))
         if "gpu" in item.keywords and not _have_gpu():
             item.add_marker(pytest.mark.skip(reason="no CUDA device"))
+
+
+# Tests that share a worker under pytest-xdist (`pytest -n N`), by what their node id holds: a file
+# whose module fixture does the work of all its tests (the estimate corpus, every generated program
+# at once), and the tests of fusion_hurts, the example the fusion pass takes seconds over (fused once
+# where they compile it alike: helpers.compiled and the pass's own memory).
+SHARE_A_WORKER = {"tests/test_estimate_nvcc.py::": "estimate corpus", "tests/test_generated_sim.py::": "generated",
+                  "fusion_hurts": "fusion_hurts"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """For pytest-xdist's default mode (--dist load): each group of SHARE_A_WORKER goes to one
+    worker, the groups first (the most tests first), then each other test to whichever worker is
+    free, in order, so that both finish together. (--dist loadgroup would do it from markers, but
+    pytest-xdist 3.8 cannot mark pytest 9.2's node ids: pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((group for part, group in SHARE_A_WORKER.items() if part in nodeid), nodeid)
+    return Scheduler(config, log)
 
 
 def _have_gpu() -> bool:

@@ -1,6 +1,7 @@
 """Shared by the test tiers: the programs to compile, random arguments for them, and the checks
 of generated programs (`generator.py`): the front end's contract, the reference, the compiles,
 the differential oracle against the sim, and worker processes that run them."""
+import functools
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import ml_dtypes
 import numpy as np
 from generator import generate
 
+from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.errors import Source
 from fusec.frontend import check_source
 from fusec.reference import run as reference
@@ -34,12 +36,65 @@ def load_program(path: Path):
 
 
 def pipelines():
-    """(id, program, pipeline name) for every pipeline of every program."""
+    """(id, program, pipeline name) for every pipeline of every program (checked once a process)."""
+    return list(_pipelines())
+
+
+@functools.cache
+def _pipelines() -> tuple:
     out = []
     for path in PROGRAMS:
         program = load_program(path)
         out += [(f"{path.stem}:{p.name}", program, p.name) for p in program.pipelines]
-    return out
+    return tuple(out)
+
+
+@functools.cache
+def loaded_as_jit_does(program):
+    """`program` (of `load_program`) as `fusec.jit(path)` loads it: named by its absolute path. A
+    module's first line names its source, and the sim's host builds are keyed on the module's text:
+    a test that runs a program on the sim this way builds the modules that tests jitting the path
+    build, instead of g++ building them again."""
+    from fusec.frontend import load
+    return load(str(ROOT / program.source.name))
+
+
+def compiled(program, name: str, options: CompileOptions = CompileOptions()):
+    """`compile_pipeline(program, name, options)`, kept for the rest of the process, its
+    PlanError too (a form the pipeline cannot take). Several test files compile the programs in
+    the same forms, and fusing fusion_hurts alone takes seconds (the fusion pass keeps only its
+    last few searches). For tests that change nothing the compiler reads (no monkeypatching)."""
+    key = (program, name, options)
+    if key not in _compiled:
+        try:
+            _compiled[key] = compile_pipeline(program, name, options)
+        except ValueError as exc:  # PlanError
+            _compiled[key] = exc
+    found = _compiled[key]
+    if isinstance(found, Exception):
+        raise found.with_traceback(None)
+    return found
+
+
+_compiled: dict = {}
+
+
+@functools.cache
+def _multi_tensor() -> tuple:
+    found = {}
+    # fusion_hurts last: the fusion pass still remembers its search when its tests begin (conftest.py)
+    for ident, program, name in sorted(pipelines(), key=lambda p: "fusion_hurts" in p[0]):
+        try:
+            found[ident] = compiled(program, name, CompileOptions(multi_tensor=True))
+        except ValueError:
+            pass
+    return tuple((ident, program, name, found[ident]) for ident, program, name in pipelines() if ident in found)
+
+
+def multi_tensor_pipelines():
+    """(id, program, pipeline name, compiled) for every pipeline foreach can run (its multi-tensor
+    compile succeeds: one elementwise kernel, no broadcast); two test files collect over them."""
+    return list(_multi_tensor())
 
 
 def dim_sizes(pipeline, size: int) -> dict:

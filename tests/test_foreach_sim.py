@@ -121,17 +121,8 @@ def test_foreach_keeps_its_tables_for_the_same_arrays():
 
 
 def _foreach_capable():
-    from helpers import pipelines
-
-    from fusec.compiler import CompileOptions, compile_pipeline
-    out = []
-    for ident, program, name in pipelines():
-        try:
-            compile_pipeline(program, name, CompileOptions(multi_tensor=True))
-        except ValueError:
-            continue
-        out.append(pytest.param(program, name, id=ident))
-    return out
+    from helpers import multi_tensor_pipelines
+    return [pytest.param(program, name, id=ident) for ident, program, name, _ in multi_tensor_pipelines()]
 
 
 @pytest.mark.parametrize("program,name", _foreach_capable())
@@ -139,7 +130,7 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
     """Every pipeline foreach accepts, over sets of 70,001, 5, 0 and 1,000
     elements (the second set 1 element into its allocations), equals one sim
     call per set, outputs and inout arrays both."""
-    from helpers import random_args
+    from helpers import loaded_as_jit_does, random_args
 
     from fusec.jit import JitOptions, JitPipeline
     pipeline = program.pipeline(name)
@@ -152,7 +143,7 @@ def test_every_foreach_capable_pipeline_equals_its_calls(program, name):
         sets.append(args)
         per_call.append([a.copy() if i in arrays else a for i, a in enumerate(args)])
     scalars = [a for i, a in enumerate(sets[0]) if i not in arrays]
-    f = JitPipeline(program, name, JitOptions(backend="sim"))
+    f = JitPipeline(loaded_as_jit_does(program), name, JitOptions(backend="sim"))
     results = f.foreach([tuple(args[i] for i in arrays) for args in sets], *scalars)
     for args, expected_args, result in zip(sets, per_call, results):
         expected = f(*expected_args)

@@ -76,6 +76,56 @@ def test_a_rejected_module_is_reported_as_a_fusec_bug_with_the_log(fresh_cache):
     assert not list((fresh_cache / "sim").glob("*.so"))
 
 
+# ---- a precompiled header for the header a build's flags -include (FUSEC_SIM_PCH=1, set by conftest.py)
+
+def _with_a_header(folder: Path, log: Path) -> tuple[dict, list]:
+    """ADD with its OFFSET in a header named by -include, as the sim's shim is; built through a
+    compiler that logs g++'s -H report: "! HEADER.gch" where it read a precompiled header."""
+    (folder / "offset.h").write_text("#define OFFSET 1000\n")
+    wrapper = folder / "logging-cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec g++ "$@" -H 2>>{log}\n')
+    wrapper.chmod(0o755)
+    return {"add.cpp": ADD["add.cpp"].replace('#include "add.h"\n', "")}, ["-O1", "-include", str(folder / "offset.h")]
+
+
+def test_a_precompiled_header_is_read_and_gives_the_same_library(fresh_cache, tmp_path, monkeypatch):
+    log = tmp_path / "h.log"
+    sources, flags = _with_a_header(tmp_path, log)
+    monkeypatch.setenv("CXX", str(tmp_path / "logging-cxx"))
+    monkeypatch.setenv("FUSEC_SIM_PCH", "0")  # a user's default
+    plain = compile_shared_library(sources, flags=flags)
+    assert _add(plain) == 1005 and not list((fresh_cache / "sim").glob("*.gch")) and ".gch" not in log.read_text()
+    built = plain.read_bytes()
+    plain.unlink()
+    monkeypatch.setenv("FUSEC_SIM_PCH", "1")
+    again = compile_shared_library(sources, flags=flags)
+    assert again == plain and again.read_bytes() == built  # the same entry, the same bytes
+    (precompiled,) = (fresh_cache / "sim").glob("*.h.gch")
+    assert f"! {precompiled}" in log.read_text().splitlines()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "one_bit_flipped", "digest_missing", "a_folder"])
+def test_a_damaged_precompiled_header_is_rebuilt_or_left_out(fresh_cache, tmp_path, monkeypatch, damage):
+    """Never read damaged: rebuilt, or (a folder in its place) the build goes on without it."""
+    from fusec.runtime import host_compiler
+    log = tmp_path / "h.log"
+    sources, flags = _with_a_header(tmp_path, log)
+    monkeypatch.setenv("CXX", str(tmp_path / "logging-cxx"))
+    assert _add(compile_shared_library(sources, flags=flags)) == 1005
+    (precompiled,) = (fresh_cache / "sim").glob("*.h.gch")
+    DAMAGE[damage](precompiled)
+    monkeypatch.setattr(host_compiler, "_intact", {})  # as in a new process
+    log.write_text("")
+    other = {"add.cpp": sources["add.cpp"] + "// another library, the same header\n"}
+    assert _add(compile_shared_library(other, flags=flags)) == 1005
+    read = [line for line in log.read_text().splitlines() if line.endswith(".gch")]
+    if damage == "a_folder":
+        assert precompiled.is_dir() and read == []
+    else:
+        assert cache.read("sim", precompiled.name.removesuffix(".h.gch"), ".h.gch") is not None
+        assert read == [f"! {precompiled}"]
+
+
 # ---- the sim backend's modules
 
 CALL = f"""

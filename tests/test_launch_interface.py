@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from helpers import ROOT, pipelines
+from helpers import ROOT, compiled, pipelines
 
 import fusec
 from fusec.compiler import CompileOptions, compile_pipeline
@@ -26,20 +26,20 @@ def emitted_functions(cuda: str) -> list[str]:
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_report_lists_exactly_the_emitted_variants_each_with_its_estimate(ident, program, name, form):
     try:
-        compiled = compile_pipeline(program, name, FORMS[form])
+        module = compiled(program, name, FORMS[form])
     except PlanError:
         assert form == "multi_tensor"  # foreach takes one elementwise kernel only
         return
-    rows = report(compiled.interface)
+    rows = report(module.interface)
     listed = [v["name"] for row in rows for v in row["variants"]]
-    assert sorted(listed) == sorted(emitted_functions(compiled.cuda))
-    for row, launch in zip(rows, compiled.interface.kernels):
+    assert sorted(listed) == sorted(emitted_functions(module.cuda))
+    for row, launch in zip(rows, module.interface.kernels):
         assert all(v["name"].startswith(row["name"]) for v in row["variants"])
         # Each function's own estimate is written beside it in the module.
         for v in row["variants"]:
             assert v["est_regs"] > 0
-            assert f"// {v['name']}: " in compiled.cuda
-            comment = re.search(rf"// {v['name']}: [^\n]*estimated (\d+) registers", compiled.cuda)
+            assert f"// {v['name']}: " in module.cuda
+            comment = re.search(rf"// {v['name']}: [^\n]*estimated (\d+) registers", module.cuda)
             assert comment and int(comment.group(1)) == v["est_regs"], v["name"]
         expected_form = {"fused": (Elementwise, RegisterLoop), "unfused": (Elementwise,),
                          "persistent": (GridStride, RegisterLoop), "multi_tensor": (MultiTensor,)}[form]

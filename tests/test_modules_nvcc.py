@@ -4,9 +4,9 @@ VariantShape) is held to ptxas in test_estimate_nvcc.py, over a corpus that
 holds these programs in every form."""
 import pytest
 from estimate_corpus import ptxas_usage
-from helpers import pipelines
+from helpers import compiled, multi_tensor_pipelines, pipelines
 
-from fusec.compiler import CompileOptions, compile_pipeline
+from fusec.compiler import CompileOptions
 
 pytestmark = pytest.mark.nvcc
 PIPELINES = pipelines()
@@ -15,9 +15,9 @@ PIPELINES = pipelines()
 @pytest.mark.parametrize("form", ["fused", "unfused", "persistent"])
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_compiles_without_spills(tmp_path, ident, program, name, form):
-    compiled = compile_pipeline(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
-    interface = compiled.interface
-    usage = ptxas_usage(compiled.cuda, str(tmp_path))
+    module = compiled(program, name, CompileOptions(fuse=form != "unfused", persistent=form == "persistent"))
+    interface = module.interface
+    usage = ptxas_usage(module.cuda, str(tmp_path))
     assert set(usage) == {v.name for k in interface.kernels for v in k.variants}
     for launch in interface.kernels:
         for variant in launch.variants:
@@ -25,27 +25,17 @@ def test_compiles_without_spills(tmp_path, ident, program, name, form):
             assert spills == 0, f"{variant.name} spills {spills} bytes"
 
 
-def multi_tensor_pipelines():
-    """The pipelines foreach can run: one elementwise kernel, no broadcast."""
-    out = []
-    for ident, program, name in PIPELINES:
-        try:
-            out.append((ident, compile_pipeline(program, name, CompileOptions(multi_tensor=True))))
-        except ValueError:
-            pass
-    return out
+# The pipelines foreach can run: one elementwise kernel, no broadcast.
+MULTI_TENSOR = [(ident, c) for ident, _, _, c in multi_tensor_pipelines()]
 
 
-MULTI_TENSOR = multi_tensor_pipelines()
-
-
-@pytest.mark.parametrize("ident,compiled", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
-def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, compiled):
+@pytest.mark.parametrize("ident,module", MULTI_TENSOR, ids=[m[0] for m in MULTI_TENSOR])
+def test_multi_tensor_kernel_compiles_without_spills(tmp_path, ident, module):
     """foreach's kernel (a vector loop and an element loop per work item) must
     not spill (its estimate: test_estimate_nvcc.py)."""
-    ((launch,),) = [compiled.interface.kernels]
+    ((launch,),) = [module.interface.kernels]
     (variant,) = launch.variants
-    usage = ptxas_usage(compiled.cuda, str(tmp_path))[variant.name]
+    usage = ptxas_usage(module.cuda, str(tmp_path))[variant.name]
     assert usage.spill_bytes == 0, (variant.name, usage)
 
 

@@ -5,7 +5,7 @@ every row kernel on the GPU while nvcc and the sim compiled it."""
 import os
 
 import pytest
-from helpers import pipelines
+from helpers import compiled, pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.runtime.backends import cuda
@@ -28,12 +28,12 @@ def nvrtc_available():
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_nvrtc_compiles_every_module(ident, program, name, form):
     options = CompileOptions(fuse=form != "unfused", persistent=form == "persistent", fast_math=form == "fast_math")
-    compiled = compile_pipeline(program, name, options)
+    module = compiled(program, name, options)
     flags = (cuda.FAST_OPTIONS if form == "fast_math" else cuda.OPTIONS) + ("-arch=sm_90",)
-    cubin, log = cuda.nvrtc_compile(compiled.cuda, flags, native=True)
+    cubin, log = cuda.nvrtc_compile(module.cuda, flags, native=True)
     assert cubin[:4] == b"\x7fELF"
     report = cuda.ptxas_functions(log)
-    names = {v.name for launch in compiled.interface.kernels for v in launch.variants}
+    names = {v.name for launch in module.interface.kernels for v in launch.variants}
     assert names <= set(report) and all(report[n]["regs"] > 0 for n in names)
 
 

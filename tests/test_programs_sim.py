@@ -3,7 +3,7 @@ thread on the CPU, equals the NumPy reference: every program, fused and
 unfused, at sizes that are not multiples of the block size."""
 import numpy as np
 import pytest
-from helpers import ROOT, assert_matches, load_program, pipelines, random_args
+from helpers import ROOT, assert_matches, load_program, loaded_as_jit_does, pipelines, random_args
 
 import fusec
 from fusec.errors import ArgumentError
@@ -17,7 +17,8 @@ PIPELINES = pipelines()
 @pytest.mark.parametrize("ident,program,name", PIPELINES, ids=[p[0] for p in PIPELINES])
 def test_sim_equals_reference(ident, program, name, form):
     from fusec.jit import JitOptions, JitPipeline
-    sim = JitPipeline(program, name, JitOptions(fuse=form != "unfused", persistent=form == "persistent", backend="sim"))
+    sim = JitPipeline(loaded_as_jit_does(program), name,
+                      JitOptions(fuse=form != "unfused", persistent=form == "persistent", backend="sim"))
     pipeline = program.pipeline(name)
     for size in (1, 3, 257, 1000):
         args = random_args(pipeline, size, seed=size)
@@ -64,7 +65,7 @@ def test_zero_size_arrays_launch_nothing():
 def test_repeat_counts_in_the_sim(fuse):
     program = load_program(ROOT / "tests/programs/repeat.fz")
     from fusec.jit import JitOptions, JitPipeline
-    f = JitPipeline(program, "counted", JitOptions(fuse=fuse, backend="sim"))
+    f = JitPipeline(loaded_as_jit_does(program), "counted", JitOptions(fuse=fuse, backend="sim"))
     x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
     for k in (0, 1, 5, 40):
         np.testing.assert_array_equal(f(x, k), reference(program, "counted", x, k))
