@@ -78,11 +78,10 @@ def main() -> None:
     lengths = [int(n) for n in option("--lengths", ",".join(map(str, LENGTHS))).split(",")]
     examples = option("--examples", ",".join(EXAMPLES)).split(",")
     dtypes = option("--dtypes", "f32,bf16").split(",")
-    if "--cluster-threads" in sys.argv:  # the threads a block of a cluster kernel may have (a measurement's knob)
-        import fusec.passes.variants as variants
+    import fusec.passes.variants as variants  # measurements' knobs: the cluster kernels' shapes
+    if "--cluster-threads" in sys.argv:  # the threads a block of a cluster kernel may have
         variants.CLUSTER_THREADS = tuple(int(t) for t in option("--cluster-threads", "").split(","))
     if "--cluster-elements" in sys.argv:  # the elements of its row a thread of a cluster's block holds
-        import fusec.passes.variants as variants
         variants.CLUSTER_ELEMENTS = int(option("--cluster-elements", ""))
     if backend == "cuda":
         import cupy as xp
