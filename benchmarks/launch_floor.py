@@ -1,136 +1,187 @@
-"""The floor under a fusec call on the GPU: bare launches of fusec's own kernel
-(CuPy's RawKernel; the driver's cuLaunchKernel through NVIDIA's CUDA Python
-bindings with a prepacked argument buffer), the parts a call is made of, and
-fusec's calls, each in host µs per call at 4096 f32 elements.
+"""Host µs per call at 4096 f32 elements (examples/scale_bias_relu.fz), every row of issue 13
+in one run: the floor (a bare CuPy RawKernel launch of fusec's own kernel; the driver's
+cuLaunchKernel and cuLaunchKernelEx through NVIDIA's cuda.bindings with a prepacked argument
+buffer), the parts a call is made of (the stream, the device, each way to allocate an
+output), fusec's calls (replayed with the result dropped, so its arrays are reused, and held,
+so it allocates; out=; a torch tensor's; a new signature, checked in full), torch.compile of
+the same, and the issue's targets against them, with where each µs of a replayed call goes.
 
-    PYTHONPATH=. python3 benchmarks/launch_floor.py [--allocators]
+    PYTHONPATH=. python3 benchmarks/launch_floor.py [--profile]
 
---allocators: only the output allocation, three ways (cupy.empty; cupy.ndarray(shape,
-dtype), what cupy.empty calls and what fusec's replay now calls; the memory pool's
-malloc and cupy.ndarray(memptr=...)), to decide whether a cheaper one is worth taking.
+--profile: a cProfile listing of the replayed call too. The table's arithmetic (`summary`)
+is tested on the CPU (tests/test_launch_floor.py); fusec's own Python per call is measured
+there by benchmarks/host_path_cpu.py.
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import statistics
 import sys
 import time
 
-import cupy as cp
-import fusec
-
 N = 4096
 
 
-def per_call(fn, iters=20000, reps=5):
+def per_call(fn, sync, iters=20000, reps=5):
+    """Median over `reps` runs of µs per call of fn(), the device idle before and after each run."""
     for _ in range(200):
         fn()
     out = []
     for _ in range(reps):
-        cp.cuda.Device().synchronize()
+        sync()
         start = time.perf_counter()
         for _ in range(iters):
             fn()
-        cp.cuda.Device().synchronize()
+        sync()
         out.append((time.perf_counter() - start) * 1e6 / iters)
     return statistics.median(out)
 
 
-def row(what, us):
-    print(f"| {what} | {us:.2f} |", flush=True)
+def summary(t: dict[str, float]) -> list[str]:
+    """Where a call's µs go, and the issue's targets, from the measured rows (keys as `main` names them)."""
+    raw, plain, ex = t["raw"], t["driver"], t["driver_ex"]
+    floor = min(plain, ex)  # fusec launches through the cheaper one (cuda.LAUNCH_ENTRY)
+    lines = ["", "| where a replayed call's µs go | µs |", "|---|---:|",
+             f"| driver launch through cuda.bindings (the cheaper entry point) | {floor:.2f} |",
+             f"| stream handle (CuPy's current stream .ptr) | {t['stream']:.2f} |",
+             f"| current device (runtime.getDevice) | {t['device']:.2f} |",
+             f"| the rest: key, look-up, scalar checks, reuse check, packing, lock | "
+             f"{t['replayed'] - floor - t['stream'] - t['device']:.2f} |",
+             f"| an output allocated (result held, nothing to reuse), on top | {t['held'] - t['replayed']:.2f} |"]
+    if "torch" in t:
+        lines.append(f"| a torch tensor's call, on top of CuPy's (tensor key, torch.empty_strided, torch's stream) | "
+                     f"{t['torch'] - t['replayed']:.2f} |")
+    lines += ["", "| target (issue 13) | measured | met |", "|---|---|---|"]
 
-
-def allocators():
-    """Output allocation, three ways, at N f32 elements (each array freed to the pool at once)."""
-    shape, dtype = (N,), cp.dtype(cp.float32)
-    pool, ndarray = cp.get_default_memory_pool(), cp.ndarray
-    nbytes = N * dtype.itemsize
-    row("allocation: cupy.empty(shape, dtype)", per_call(lambda: cp.empty(shape, dtype)))
-    row("allocation: cupy.ndarray(shape, dtype) (fusec's replay)", per_call(lambda: ndarray(shape, dtype)))
-    row("allocation: pool.malloc + cupy.ndarray(shape, dtype, memptr)",
-        per_call(lambda: ndarray(shape, dtype, pool.malloc(nbytes))))
+    def target(what: str, value: float, limit: float, text: str) -> None:
+        lines.append(f"| {what} {text} | {value:.2f} µs | {'yes' if value <= limit else '**no**'} |")
+    calls = (("replayed", "a replayed call (its output reused)"),
+             ("held", "a call with its output allocated (replayed, nothing to reuse)"),
+             ("fresh", "a checked call: new input arrays each call (key, device, alignment checked)"),
+             ("out", "an out= call"), ("torch", "a torch-tensor call"))
+    for key, what in calls:
+        if key in t:
+            target(what, t[key], raw, f"<= 1.0x RawKernel ({raw:.2f}): {t[key] / raw:.2f}x,")
+    for key, what, limit in (*((key, what, 1) for key, what in calls[:2]), (*calls[2], 3)):
+        target(what, t[key], plain + limit,
+               f"within {limit} µs of cuLaunchKernel ({plain:.2f}): {t[key] - plain:+.2f},")
+    lines.append(f"| (a call of shapes never seen, checked in full by the binder: {t['checked']:.2f} µs) | | |")
+    if "compiled" in t and "torch" in t:
+        ratio = t["compiled"] / t["torch"]
+        lines.append(f"| torch.compile's host time >= 4x fusec's (torch tensors) | {ratio:.2f}x | "
+                     f"{'yes' if ratio >= 4 else '**no**'} |")
+    return lines
 
 
 def main():
-    if "--allocators" in sys.argv:
-        print("| what | host µs per call |\n|---|---|")
-        allocators()
-        return
+    import cupy as cp
+    from cuda.bindings import __version__ as bindings_version
+    from cuda.bindings import driver
+
+    import fusec
+    from fusec.runtime.backends import cuda
+    from fusec.runtime.packing import ArgumentBuffer
+    sync = cp.cuda.Device().synchronize
+    t: dict[str, float] = {}
+
+    def row(key, what, fn, **kw):
+        t[key] = per_call(fn, sync, **kw)
+        print(f"| {what} | {t[key]:.2f} |", flush=True)
     f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
     x = cp.random.default_rng(1).standard_normal(N, dtype=cp.float32)
     y = f(x, 1.5, -0.25)
     runner = f._runner
-    call = runner.binder.bind((x, 1.5, -0.25), {"out": y})
-    values, sizes = runner._allocate(call)
     launched = []
-    runner._launch_all(values, sizes, None, launched)
+    call = runner.binder.bind((x, 1.5, -0.25), {"out": y})
+    runner._launch_all(*runner._allocate(call), None, launched)
     index, variant, grid, block, shared, args = launched[0]
     kernel = runner.kernels[index]
     params = kernel.launch.params
-    # CuPy takes arrays as they are and scalars as NumPy scalars of the C type
-    cupy_args = [a if p.pack is None else p.pack.numpy_dtype.type(a) for p, a in zip(params, args)]
-    plain = [a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]  # addresses, numbers
-    print(f"variant {variant.name}, grid {grid}, block {block}, args {[type(a).__name__ for a in args]}")
-    print("| what | host µs per call |\n|---|---|")
-
+    print(f"cupy {cp.__version__}, cuda.bindings {bindings_version}, {cp.cuda.runtime.getDeviceProperties(0)['name']}; "
+          f"variant {variant.name}, grid {grid}, block {block}")
+    print("| what | host µs per call |\n|---|---:|")
+    # The floor: the same kernel, arguments prepared. CuPy takes scalars as NumPy scalars of the C type.
     raw = cp.RawKernel(f.cuda_source, variant.name, options=("-ftz=false",))
-    row("cupy.RawKernel launch, prepared arguments", per_call(lambda: raw((grid,), (block,), cupy_args)))
-
-    from cuda.bindings import __version__ as bindings_version
-    from cuda.bindings import driver
-
-    from fusec.runtime.packing import ArgumentBuffer
-    print(f"cuda.bindings {bindings_version}")
-    fn = runner.backend.functions[variant.name][0]  # the CUfunction fusec launches
-    arguments = ArgumentBuffer(kernel.launch.params)
-    params = arguments.fill(plain)
-    stream0 = driver.CUstream(0)
-
-    def bare():
-        driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream0, params, 0)
-    y2 = cp.zeros_like(y)
-    plain2 = list(plain)
-    plain2[[i for i, a in enumerate(args) if isinstance(a, cp.ndarray)][-1]] = y2.data.ptr
-    arguments.fill(plain2)
-    bare()
-    cp.cuda.Device().synchronize()
-    print("bare driver launch writes the same result:", bool((y2 == y).all()))
-    row("driver cuLaunchKernel (cuda.bindings), prepacked buffer", per_call(bare))
-    row("driver cuLaunchKernel, stream as int 0", per_call(
-        lambda: driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0, params, 0)))
-    row("ArgumentBuffer.fill (struct pack_into)", per_call(lambda: arguments.fill(plain2)))
-    row("fill + driver launch", per_call(lambda: (arguments.fill(plain2), bare())))
-    fire = runner.backend.launcher(variant.name, grid, block)
-    row("fusec's fire(args): fill, current stream, driver launch", per_call(lambda: fire(plain2)))
+    raw_args = [a if p.pack is None else p.pack.numpy_dtype.type(a) for p, a in zip(params, args)]
+    row("raw", "cupy.RawKernel launch, prepared arguments", lambda: raw((grid,), (block,), raw_args))
+    function = runner.backend.functions[variant.name][0]  # the CUfunction fusec launches
+    y2 = cp.zeros_like(y)  # the bare launches write here: addresses and numbers, as fusec packs them
+    plain = [y2.data.ptr if a is y else a if pack is None else pack(a) for pack, a in zip(kernel.packers, args)]
+    buffer = ArgumentBuffer(params)
+    kernel_params = buffer.fill(plain)
+    stream = driver.CUstream(cp.cuda.get_current_stream().ptr)
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
     config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
-    config.sharedMemBytes, config.hStream, config.numAttrs = 0, stream0, 0
-    row("driver cuLaunchKernelEx (cuda.bindings), prepacked buffer", per_call(
-        lambda: driver.cuLaunchKernelEx(config, fn, params, 0)))
-    row("cupy.empty(4096)", per_call(lambda: cp.empty(N, cp.float32)))
-    allocators()
-    row("cupy current stream .ptr", per_call(lambda: cp.cuda.get_current_stream().ptr))
-    row("cupy runtime.getDevice()", per_call(cp.cuda.runtime.getDevice))
-    row("fusec f(x, s, b) replayed", per_call(lambda: f(x, 1.5, -0.25)))
-    row("fusec f(x, s, b, out=y) checked", per_call(lambda: f(x, 1.5, -0.25, out=y)))
-    runner._calls.clear()
-    runner._seen.clear()
-    row("fusec f(x, s, b) checked (never replayed)", per_call(lambda: (runner._seen.clear(), f(x, 1.5, -0.25))))
-    import cProfile
-    import pstats
-    cProfile.runctx("for _ in range(20000): f(x, 1.5, -0.25)", globals(), locals(), "/tmp/replay.prof")
-    pstats.Stats("/tmp/replay.prof").sort_stats("tottime").print_stats(12)
+    config.sharedMemBytes, config.hStream, config.numAttrs = 0, stream, 0
+    for launch in (lambda: driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream, kernel_params, 0),
+                   lambda: driver.cuLaunchKernelEx(config, function, kernel_params, 0)):
+        y2[...] = 0
+        assert launch()[0] == 0
+        sync()
+        assert bool((y2 == y).all()), "a bare launch does not write what fusec's call wrote"
+    row("driver", "driver cuLaunchKernel (cuda.bindings), prepacked buffer",
+        lambda: driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream, kernel_params, 0))
+    handle = int(stream)
+    row("driver_int", "driver cuLaunchKernel, stream as an int",
+        lambda: driver.cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, handle, kernel_params, 0))
+    row("driver_ex", "driver cuLaunchKernelEx (cuda.bindings), prepacked buffer, configuration built once",
+        lambda: driver.cuLaunchKernelEx(config, function, kernel_params, 0))
+    row("fill", "ArgumentBuffer.fill (struct pack_into of the arguments)", lambda: buffer.fill(plain))
+    row("stream", "CuPy's current stream .ptr", lambda: cp.cuda.get_current_stream().ptr)
+    row("device", "cupy runtime.getDevice()", cp.cuda.runtime.getDevice)
+    shape, dtype, pool, nbytes = (N,), cp.dtype(cp.float32), cp.get_default_memory_pool(), N * 4
+    row("empty", "allocation: cupy.empty(shape, dtype)", lambda: cp.empty(shape, dtype))
+    row("ndarray", "allocation: cupy.ndarray(shape, dtype) (fusec's, where nothing is reused)",
+        lambda: cp.ndarray(shape, dtype))
+    row("malloc", "allocation: pool.malloc + cupy.ndarray(shape, dtype, memptr)",
+        lambda: cp.ndarray(shape, dtype, pool.malloc(nbytes)))
+    row("alloc", "allocation: cupy.cuda.alloc (the current allocator) + cupy.ndarray(memptr)",
+        lambda: cp.ndarray(shape, dtype, cp.cuda.alloc(nbytes)))
+    inputs = itertools.cycle([cp.ones(N, cp.float32) for _ in range(512)])  # more than the keys a runner keeps
+    for entry in ("plain", "ex"):  # fusec launching through each entry point (the last is the default)
+        cuda.LAUNCH_ENTRY = entry
+        g = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
+        g(x, 1.5, -0.25), g(x, 1.5, -0.25)
+        reused = g(x, 1.5, -0.25).data.ptr == g(x, 1.5, -0.25).data.ptr
+        held = collections.deque(maxlen=3)
+        suffix = "" if entry == "ex" else " (cuLaunchKernel)"
+        row("replayed" + suffix, f"fusec f(x, s, b) replayed, result dropped (its output reused: {reused}){suffix}",
+            lambda: g(x, 1.5, -0.25))
+        row("held" + suffix, f"fusec f(x, s, b) replayed, the last three results held (allocates){suffix}",
+            lambda: held.append(g(x, 1.5, -0.25)))
+        row("out" + suffix, f"fusec f(x, s, b, out=y) replayed{suffix}", lambda: g(x, 1.5, -0.25, out=y))
+        row("fresh" + suffix, f"fusec f(x_k, s, b), another input array each call (512 in turn){suffix}",
+            lambda: g(next(inputs), 1.5, -0.25))
+    g_runner = g._runner
+    row("checked", "fusec f(x, s, b), a signature never seen (checked in full, each call)",
+        lambda: (g_runner._seen.clear(), g_runner._calls.clear(), g(x, 1.5, -0.25)), iters=5000)
+    if "--profile" in sys.argv:
+        import cProfile
+        import pstats
+        cProfile.runctx("for _ in range(20000): g(x, 1.5, -0.25)", globals(), locals(), "/tmp/replay.prof")
+        pstats.Stats("/tmp/replay.prof").sort_stats("tottime").print_stats(15)
     try:
         import torch
-        t = torch.as_tensor(x, device="cuda")
-        f(t, 1.5, -0.25), f(t, 1.5, -0.25)
-        row("torch.empty(4096)", per_call(lambda: torch.empty(N, device="cuda")))
-        row("fusec f(t, s, b), torch tensor, replayed", per_call(lambda: f(t, 1.5, -0.25)))
-        compiled = torch.compile(lambda a: torch.relu(a * 1.5 + -0.25))
-        compiled(t)
-        row("torch.compile of the same, host per call", per_call(lambda: compiled(t), iters=5000))
     except ImportError:
-        pass
+        torch = None
+    if torch is not None:
+        tx = torch.as_tensor(x, device="cuda")
+        for _ in range(3):
+            g(tx, 1.5, -0.25)
+        device = torch.device("cuda", tx.get_device())
+        row("torch_empty", "torch.empty(shape, dtype=, device=)",
+            lambda: torch.empty(shape, dtype=torch.float32, device=device))
+        row("torch_strided", "torch.empty_strided(shape, strides, dtype=, device=) (fusec's)",
+            lambda: torch.empty_strided(shape, (1,), dtype=torch.float32, device=device))
+        row("torch_stream", "torch._C._cuda_getCurrentRawStream(device)",
+            lambda: torch._C._cuda_getCurrentRawStream(device.index))
+        row("torch", "fusec f(t, s, b), torch tensor, replayed", lambda: g(tx, 1.5, -0.25))
+        compiled = torch.compile(lambda a: torch.relu(a * 1.5 + -0.25))
+        compiled(tx)
+        row("compiled", "torch.compile of the same, host per call", lambda: compiled(tx), iters=5000)
+    print("\n".join(summary(t)))
 
 
 if __name__ == "__main__":

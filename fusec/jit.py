@@ -24,7 +24,7 @@ from fusec.ir.program import Program
 from fusec.passes import guard
 from fusec.passes.fusion import FUSE_MODES
 from fusec.runtime.cuda_graphs import GraphExecutor
-from fusec.runtime.executor import Missed
+from fusec.runtime.executor import MISS, Missed
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 BACKENDS = ("auto", "cuda", "sim", "numpy")
@@ -124,10 +124,9 @@ class JitPipeline:
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")
         if options.tune and self.backend != "cuda":
             raise ValueError(f"tune=True times candidates on the GPU: it needs the cuda backend, not {self.backend!r}")
-        # device -> its runner, where a plain call may try its recorded replay first (cuda;
-        # the runner's `replay`), and the current device's number (CuPy's runtime.getDevice)
-        self._replays: dict[int, object] = {}
-        self._get_device: Callable[[], int] | None = None
+        # The runner whose recorded replays a plain call tries first (cuda: the runner of the
+        # device last called on; its `replay` and `replay_out`), and those replays
+        self._replaying, self._replay, self._replay_out = None, _no_replay, _no_replay
 
     def __repr__(self) -> str:
         form = {"none": "unfused", "all": "all fused"}.get(self.options.fuse, "fused") + \
@@ -255,20 +254,20 @@ class JitPipeline:
             return fn(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        tried = missed = None
-        if self._replays:  # the common call, replayed: a small call's time is its host time
-            if not kwargs:
-                tried = self._replays.get(self._get_device())
-                if tried is not None:  # its replay checks that every array is on its device
-                    missed = tried.replay(args)
-                    if type(missed) is not Missed:
-                        return missed
-            elif len(kwargs) == 1 and "out" in kwargs:
-                tried = self._replays.get(self._get_device())
-                if tried is not None:
-                    missed = tried.replay_out(args, kwargs["out"])
-                    if type(missed) is not Missed:
-                        return missed
+        # The common call, replayed where it can be (a small call's time is its host time): by
+        # the generated replay of the runner last called, which checks that the current device
+        # and every array's are its own.
+        if not kwargs:
+            missed = self._replay(args)
+        elif len(kwargs) == 1 and "out" in kwargs:
+            missed = self._replay_out(args, kwargs["out"])
+        else:
+            return self._checked(args, kwargs, None)
+        return missed if type(missed) is not Missed else self._checked(args, kwargs, missed)
+
+    def _checked(self, args: tuple, kwargs: dict, missed: Missed | None):
+        """A call the replay did not run (`missed`: its answer, with the call's key where
+        it worked that out), or one with other options."""
         if self.backend != "cuda":
             return self._host_runner(*args, **kwargs)
         # Arrays on device k run on device k: the first array's device decides.
@@ -277,10 +276,12 @@ class JitPipeline:
         if device == current_device():
             runner = self._runners.get(device)
             if runner is not None and (not self.options.tune or "_tuned" in self.__dict__):
-                self._may_replay(device, runner)
-                if runner is tried:  # its replay ran nothing: the key it worked out, if any, is the call's
-                    return runner.call_missed(args, kwargs, missed.key)
-                return runner(*args, **kwargs)
+                if missed is not None and runner is self._replaying:  # its replay ran nothing: the key it worked out
+                    result = runner.call_missed(args, kwargs, missed.key)
+                else:
+                    result = runner(*args, **kwargs)
+                self._may_replay(runner)
+                return result
         return self._on_device(device, self._call_on, device, args, kwargs)
 
     def _call_on(self, device: int, args: tuple, kwargs: dict):
@@ -288,17 +289,16 @@ class JitPipeline:
         if self.options.tune and "_tuned" not in self.__dict__:
             self._tune_for(args, kwargs)
         runner = self._runners.get(device) or self._runner_on(device)
-        self._may_replay(device, runner)
-        return runner(*args, **kwargs)
+        result = runner(*args, **kwargs)
+        self._may_replay(runner)
+        return result
 
-    def _may_replay(self, device: int, runner) -> None:
-        """A plain call with `device` current tries `runner`'s recorded replay first
-        (not a graph runner's: its replay is its own)."""
-        if device not in self._replays and not isinstance(runner, GraphExecutor):
-            if self._get_device is None:
-                from fusec.runtime.backends.cuda import current_device_getter
-                self._get_device = current_device_getter()
-            self._replays[device] = runner
+    def _may_replay(self, runner) -> None:
+        """Plain calls try `runner`'s recorded replays first from now on (not a graph
+        runner's: its replay is its own); installed after a call of it, which may have
+        generated them again."""
+        if not isinstance(runner, GraphExecutor):
+            self._replaying, self._replay, self._replay_out = runner, runner.replay, runner.replay_out
 
     @functools.cached_property
     def _devices(self):
@@ -325,7 +325,7 @@ class JitPipeline:
             if winner != self.compiled.partition.groups:
                 self.__dict__["compiled"] = compile_pipeline(self.program, self.name, self.compile_options())
                 self.__dict__.pop("_runners", None)
-                self._replays.clear()
+                self._replaying, self._replay, self._replay_out = None, _no_replay, _no_replay
         self.__dict__["_tuned"] = True
 
     def foreach(self, sets, *scalars, **named_scalars) -> list:
@@ -378,6 +378,11 @@ class JitPipeline:
             runner = MultiTensorExecutor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface, arch=arch))
         self._foreach_runners[device] = runner
         return runner
+
+
+def _no_replay(args: tuple, out=None) -> Missed:
+    """The replay of a pipeline no runner of which has recorded calls yet: none."""
+    return MISS
 
 
 def resolve_backend(backend: str) -> str:

@@ -146,3 +146,45 @@ def test_out_none_is_a_plain_call_on_the_fast_path():
     assert len({id(r) for r in results}) == 4  # each call its own new output
     for r in results:
         np.testing.assert_array_equal(r, relu(x, 2.0, 0.5))
+
+
+def test_other_arrays_of_a_recorded_shape_replay_at_their_addresses():
+    """A plain call's key holds no addresses where no parameter is written: a call with new
+    arrays of a recorded shape replays, reading them; one whose array misses the alignment
+    the recorded variant needs takes the checked path (its scalar variant)."""
+    f = fusec.jit(SBR, backend="sim")
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal(4096).astype(np.float32) for _ in range(4)]
+    f(xs[0], 1.0, 0.0)
+    f(xs[0], 1.0, 0.0)
+    runner = f._runner
+    (call,) = runner._calls.values()
+    assert call.free and "MISALIGNED" in call.source
+    for x in xs[1:]:
+        launched = len(runner.backend.launched)
+        np.testing.assert_array_equal(f(x, 1.5, -0.25), relu(x, 1.5, -0.25))
+        assert len(runner._calls) == 1 and len(runner.backend.launched) == launched + 1
+    backing = rng.standard_normal(4097).astype(np.float32)
+    shifted = backing[1:]  # 4 bytes past an aligned address
+    for _ in range(3):
+        np.testing.assert_array_equal(f(shifted, 2.0, 1.0), relu(shifted, 2.0, 1.0))
+    assert runner.backend.launched[-1] != runner.backend.launched[0]  # not the vector variant
+    assert len(runner._calls) == 1  # never recorded: its key is the recorded one's
+
+
+def test_inout_and_out_calls_keep_addresses_in_their_keys():
+    """A written array must share no memory with another argument: checked at each new
+    address, so a call that aliases is refused however often its shapes were seen."""
+    f = fusec.jit("pipeline p(inout a: f32[n], b: f32[n]) { a = a + b; }", backend="sim")
+    a, b = np.zeros(64, np.float32), np.ones(64, np.float32)
+    for _ in range(3):
+        f(a, b)
+    assert not next(iter(f._runner._calls.values())).free
+    with pytest.raises(ArgumentError, match="share memory"):
+        f(a, a)
+    g = fusec.jit(SBR, backend="sim")
+    x = np.ones(64, np.float32)
+    for _ in range(3):
+        g(x, 1.0, 0.0, out=np.empty(64, np.float32))
+    with pytest.raises(ArgumentError, match="share memory"):
+        g(x, 1.0, 0.0, out=x)

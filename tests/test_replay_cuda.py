@@ -22,7 +22,26 @@ SBR = str(ROOT / "examples/scale_bias_relu.fz")
 
 class MemoryPointer:
     def __init__(self, ptr, device_id):
-        self.ptr, self.device_id = ptr, device_id
+        self.ptr, self.device_id, self.mem = ptr, device_id, object()
+
+
+class CUstream:
+    def __init__(self, handle=0):
+        self.handle = int(handle)
+
+    def __int__(self):
+        return self.handle
+
+
+class CUlaunchConfig:
+    def __init__(self):
+        self.hStream, self.attrs, self.numAttrs = CUstream(0), [], 0
+
+
+class CUlaunchAttribute:
+    def __init__(self):
+        dim = types.SimpleNamespace(x=1, y=1, z=1)
+        self.id, self.value = None, types.SimpleNamespace(clusterDim=dim)
 
 
 class Standin:
@@ -59,13 +78,17 @@ class Standin:
         def device(*args):
             return on_device(args[0]) if args else types.SimpleNamespace(
                 id=standin.device, compute_capability="90", attributes={"MultiProcessorCount": 132})
+        self.allocator = "the pool's malloc"
         self.cp = types.SimpleNamespace(
             ndarray=ndarray, empty=ndarray, asarray=lambda a: a,
             cuda=types.SimpleNamespace(get_current_stream=lambda: self.stream, Device=device,
-                                       runtime=types.SimpleNamespace(getDevice=lambda: self.device)))
+                                       runtime=types.SimpleNamespace(getDevice=lambda: self.device),
+                                       get_allocator=lambda: self.allocator))
         self.buffers = {}  # the argument buffers' pointer arrays -> the buffers, to read launches back
         self.driver = types.SimpleNamespace(
-            cuLaunchKernel=self.launch,
+            cuLaunchKernel=self.launch, cuLaunchKernelEx=self.launch_ex, CUstream=CUstream,
+            CUlaunchConfig=CUlaunchConfig, CUlaunchAttribute=CUlaunchAttribute,
+            CUlaunchAttributeID=types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION="cluster"),
             cuModuleGetFunction=lambda module, name: (0, (name, self.device)),
             cuOccupancyMaxActiveBlocksPerMultiprocessor=lambda *a: (0, 8))
 
@@ -74,10 +97,17 @@ class Standin:
         self.launches.append((function, gx, bx, shared, int(stream), buffer.layout.unpack_from(buffer.buffer)))
         return (0,)
 
+    def launch_ex(self, config, function, params, extra):
+        assert not config.numAttrs  # no cluster in these pipelines
+        return self.launch(function, config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX,
+                           config.blockDimY, config.blockDimZ, config.sharedMemBytes, config.hStream, params, extra)
 
 
-@pytest.fixture
-def gpu(monkeypatch):
+
+@pytest.fixture(params=["ex", "plain"])
+def gpu(monkeypatch, request):
+    """The stand-ins, launching through cuLaunchKernelEx or cuLaunchKernel (cuda.LAUNCH_ENTRY)."""
+    monkeypatch.setattr(cuda, "LAUNCH_ENTRY", request.param)
     standin = Standin()
     for name, value in {"cupy": lambda: standin.cp, "driver": lambda: standin.driver, "available": lambda: True,
                         "device_arch": lambda: "sm_90", "load_module": lambda *a: None,
@@ -150,7 +180,8 @@ def test_a_replayed_launch_is_the_checked_paths_launch(gpu):
         replayed = with_output(*replayed_launch(f, gpu, x, s, b))
         assert replayed == with_output(*checked_launch(f, gpu, x, s, b))
         assert replayed[-1][2:4] == (np.float32(s), np.float32(b))
-    assert "launch(" in next(iter(f._runner._calls.values())).source  # the driver's launch, inline
+    source = next(iter(f._runner._calls.values())).source  # the driver's launch, inline
+    assert ("launch_ex(" if cuda.LAUNCH_ENTRY == "ex" else "launch(") in source
 
 
 def test_a_replayed_launch_goes_to_the_current_stream(gpu):
@@ -225,13 +256,154 @@ def test_the_inline_key_of_torch_tensors_is_the_backends_signature(gpu):
     f = fusec.jit(SBR, backend="cuda")
     f(gpu.ndarray(16), 1.0, 0.0)
     runner = f._runner
-    runner._plain_key = runner._generate_key(False)  # generated now that torch is imported
+    runner._generate_calls()  # generated now that torch is imported
     tensors = [torch.ones(4), torch.ones(4, requires_grad=True), torch.ones(2, 3).t(), torch.nn.Parameter(torch.ones(3)),
                torch.ones(4, dtype=torch.float16)]
     for grad in (False, True):
         with torch.set_grad_enabled(grad):
-            for t in tensors:
-                assert runner._plain_key((t, 1.0, 0.0)) == (runner.backend.signature(t),)
+            for t in tensors:  # a plain call's key without the address; a graph's with it
+                assert runner._plain_key((t, 1.0, 0.0)) == (runner.backend.signature(t)[1:],)
+                assert runner._scalars_key((t, 1.0, 0.0)) == (runner.backend.signature(t), float, 1.0, float, 0.0)
     assert "tensor_data_ptr" in "".join(__import__("linecache").getlines(runner._plain_key.__code__.co_filename))
     sparse = torch.ones(4).to_sparse()
     assert runner._plain_key((sparse, 1.0, 0.0)) is None
+
+
+# ---- recycling: a recorded call's arrays taken again once nothing references them
+
+
+def test_a_dropped_output_is_reused_and_a_held_one_is_not(gpu):
+    f, x = recorded(gpu)
+    y = f(x, 1.0, 0.0)
+    address = y.data.ptr
+    del y
+    launch, y = replayed_launch(f, gpu, x, 2.0, 1.0)
+    assert y.data.ptr == address and address in launch[-1]  # the same array, written by this launch
+    assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, 2.0, 1.0))
+    z = f(x, 1.0, 0.0)  # y is held: z is another array
+    assert z.data.ptr != y.data.ptr
+    outputs = []
+    for _ in range(6):  # y = f(x) in a loop: the call before's result is held while the call runs
+        before = z
+        z = f(x, 1.0, 0.0)
+        assert z is not before
+        outputs.append(z.data.ptr)
+    assert len(set(outputs)) == 2  # the two kept take turns
+
+
+@pytest.mark.parametrize("holder", ["list", "weakref", "pointer", "memory", "shape", "strides", "stream", "allocator"])
+def test_an_output_referenced_or_changed_is_not_reused(gpu, holder):
+    """Anything that still reaches the array, its MemoryPointer or its memory keeps it the
+    caller's; a new shape, or another stream or allocator, is not the array the call needs."""
+    import weakref
+    f, x = recorded(gpu)
+    for _ in range(3):
+        f(x, 1.0, 0.0)  # both kept sets unreferenced
+    y = f(x, 1.0, 0.0)
+    keep = None
+    if holder == "list":
+        keep = [y]
+    elif holder == "weakref":
+        keep = weakref.ref(y)
+    elif holder == "pointer":
+        keep = y.data
+    elif holder == "memory":
+        keep = y.data.mem
+    elif holder == "shape":  # each checked on its own (CuPy's shape setter changes both)
+        y.shape = (64, 64)
+    elif holder == "strides":
+        y.strides = (8,)
+    elif holder == "stream":
+        gpu.stream = types.SimpleNamespace(ptr=77)
+    elif holder == "allocator":
+        gpu.allocator = "another allocator"
+    address = y.data.ptr
+    del y
+    addresses = {f(x, 1.0, 0.0).data.ptr for _ in range(4)}  # each result dropped at once
+    assert address not in addresses
+    assert keep is not None or holder in ("shape", "strides", "stream", "allocator")
+    if holder in ("stream", "allocator"):  # on that stream, with that allocator, the new arrays are reused
+        assert len(addresses) == 1
+
+
+def test_temporaries_are_reused_and_large_arrays_are_not(gpu):
+    f = fusec.jit(SBR, backend="cuda", fuse=False)  # three kernels: two temporaries
+    x = gpu.ndarray(4096)
+    for _ in range(3):
+        f(x, 1.0, 0.0)
+    before = len(gpu.launches)
+    results = [f(x, 1.0, 0.0) for _ in range(3)]  # held: new outputs, new temporaries
+    launches = gpu.launches[before:]
+    assert len({launch[-1][0] for launch in launches[1::3]}) == 3  # the second kernel's input: each call's own
+    del results
+    before = len(gpu.launches)
+    for _ in range(4):
+        f(x, 1.0, 0.0)
+    calls = [tuple(launch[-1] for launch in gpu.launches[before + 3 * j:before + 3 * j + 3]) for j in range(4)]
+    assert calls[0] == calls[2] and calls[1] == calls[3]  # the two sets kept, each taken again in turn
+    big = gpu.ndarray(1 << 17)  # 512 KiB an array: more than the recycled calls' bytes
+    f(big, 1.0, 0.0)
+    f(big, 1.0, 0.0)
+    assert len({f(big, 1.0, 0.0).data.ptr for _ in range(3)}) == 3
+
+
+def test_out_calls_reuse_their_temporaries(gpu):
+    f = fusec.jit(SBR, backend="cuda", fuse=False)
+    x, y = gpu.ndarray(4096), gpu.ndarray(4096)
+    for _ in range(3):
+        f(x, 1.0, 0.0, out=y)
+    before = len(gpu.launches)
+    assert f(x, 2.0, 1.0, out=y) is y and f(x, 2.0, 1.0, out=y) is y
+    first, second = gpu.launches[before:before + 3], gpu.launches[before + 3:]
+    assert [launch[-1] for launch in first] == [launch[-1] for launch in second]  # one set: nothing else holds it
+    assert y.data.ptr in first[-1][-1]
+
+
+def test_the_replay_follows_the_device_last_called_on(gpu):
+    f, x = recorded(gpu)
+    elsewhere = gpu.ndarray(4096, device=1)
+    for _ in range(3):
+        f(elsewhere, 1.0, 0.0)
+    assert f._replaying is f._runners[1]
+    launch, _ = replayed_launch(f, gpu, elsewhere, 1.0, 0.0)
+    assert launch[0][1] == 1
+    f(x, 1.0, 0.0)  # device 0's array: its runner's replay again (installed by the checked path)
+    launch, _ = replayed_launch(f, gpu, x, 1.0, 0.0)
+    assert launch[0][1] == 0 and f._replaying is f._runners[0]
+    with gpu.cp.cuda.Device(1):  # the replay of device 0 while device 1 is current: not run there
+        assert f._runners[0].replay((x, 1.0, 0.0)) is executor_module().MISS
+
+
+def executor_module():
+    from fusec.runtime import executor
+    return executor
+
+
+def test_keys_read_tensors_inline_once_torch_is_imported_after_the_first_call(gpu):
+    pytest.importorskip("torch")
+    f, x = recorded(gpu)
+    runner = f._runner
+    runner._torch_known = False  # as if torch had been imported after the keys were generated
+    old = runner.replay
+    f(gpu.ndarray(8), 1.0, 0.0)  # a miss: generated again, torch's tensors inline, and tried from then on
+    assert runner.replay is not old and runner._torch_known and f._replay is runner.replay
+    assert "tensor_data_ptr" in "".join(__import__("linecache").getlines(runner.replay.__code__.co_filename))
+    launch, y = replayed_launch(f, gpu, x, 2.0, 1.0)  # the call recorded before, replayed by the new code
+    assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, 2.0, 1.0))
+
+
+def test_a_new_array_of_a_recorded_shape_is_replayed_at_its_address(gpu):
+    f, x = recorded(gpu)
+    for other in (gpu.ndarray(4096), gpu.ndarray(4096, ptr=x.data.ptr + 4096)):
+        launch, y = replayed_launch(f, gpu, other, 2.0, 1.0)
+        assert other.data.ptr in launch[-1] and x.data.ptr not in launch[-1]
+        assert with_output(launch, y) == with_output(*checked_launch(f, gpu, other, 2.0, 1.0))
+    shifted = gpu.ndarray(4096, ptr=x.data.ptr + 4)  # misses the vector variant's 16 bytes
+    expected = with_output(*checked_launch(f, gpu, shifted, 2.0, 1.0))
+    for _ in range(3):  # the recorded key, but not its variant: the checked path each time, never recorded
+        before = len(gpu.launches)
+        y = f(shifted, 2.0, 1.0)
+        (launch,) = gpu.launches[before:]
+        assert with_output(launch, y) == expected
+    assert expected[0] != gpu.launches[0][0]  # another variant than the recorded one
+    assert len(f._runner._calls) == 1

@@ -11,8 +11,10 @@ function over a grid (`Backend`).
 """
 from __future__ import annotations
 
+import collections
 import linecache
 import math
+import sys
 import zlib
 from typing import Callable, Protocol
 
@@ -68,7 +70,8 @@ class Backend(Protocol):
 
     def signature(self, value) -> tuple | None:
         """A cheap key for an array argument, before any check: equal keys mean
-        the same memory, shape, strides and dtype (None: no cheap key)."""
+        the same memory, shape, strides and dtype (None: no cheap key). Its first
+        field is the address (a key without it: the same but for the memory)."""
 
     def signatures(self, arrays: list) -> object | None:
         """The signatures of many arrays, in any form that compares with ==."""
@@ -111,10 +114,13 @@ class Executor:
     each kernel's argument sources and packers); what depends on the arrays'
     shapes (allocation shapes, each kernel's sizes) once per shape signature.
     A call (no stream=) whose arrays, out= arrays included, have the
-    signatures of two earlier calls (address, shape, layout, dtype; and the
-    same repeat counts) replays the launches recorded at the second
-    (`_RecordedCall`): it checks its scalars, allocates its outputs (unless
-    given) and launches.
+    signatures of two earlier calls (shape, layout, dtype, device; the same
+    repeat counts; and the addresses, but in a plain call of a pipeline that
+    writes no parameter, where no aliasing can depend on them) replays the
+    launches recorded at the second (`_RecordedCall`): it checks its scalars
+    (and, at new addresses, the alignment the recorded variants need),
+    allocates its outputs (unless given; or reuses its own dead ones) and
+    launches.
     """
 
     def __init__(self, interface: LaunchInterface, backend: Backend):
@@ -130,6 +136,15 @@ class Executor:
         self._count_positions = set(signature.counts)
         self._calls: dict[tuple, _RecordedCall] = {}
         self._seen: set[tuple] = set()  # keys of calls seen once (`_call_key`, `_out_key`)
+        # A plain call's key holds no addresses where no parameter is written (no aliasing to
+        # check): its recorded call takes the arrays' addresses each call (`_RecordedCall.free`).
+        self._free = not self.binder.written
+        self._generate_calls()
+
+    def _generate_calls(self) -> None:
+        """The generated keys and replays (again once torch is imported, whose tensors the
+        backend's keys then read inline)."""
+        self._torch_known = "torch" in sys.modules
         self._plain_key, self._scalars_key = self._generate_key(False), self._generate_key(True)
         self._out_key = self._generate_key(False, outs=True)
         self.replay = self._generate_replay()
@@ -148,6 +163,8 @@ class Executor:
         """A call that `replay` did not run (or one with keyword arguments): replayed
         from its key where it can be, else checked in full (and recorded at the
         second sighting of its key). `key`: the call's, where the replay worked it out."""
+        if not self._torch_known and "torch" in sys.modules:
+            self._generate_calls()
         out = None
         if not kwargs:
             if key is None:
@@ -165,7 +182,7 @@ class Executor:
             except TypeError:  # an unhashable repeat count: the checked path says what is wrong
                 call = key = None
             if call is not None:
-                result = call.run(args, out)
+                result = call.run(args, out, *self._addresses(args)) if call.free else call.run(args, out)
                 if result is not MISS:  # a new output missed the alignment the launches assume
                     return result
             elif key is not None:  # kept from its second sighting on, so that one-off calls cost no recording
@@ -180,7 +197,8 @@ class Executor:
         if record:
             if len(self._calls) >= 256:
                 self._calls.clear()
-            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind, call.outputs is not None)
+            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind, call.outputs is not None,
+                                             self._free and call.outputs is None)
         return self._result(values)
 
     def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
@@ -188,15 +206,23 @@ class Executor:
         call, or an array with no cheap signature): each array's signature, and
         each scalar with its type (1, 1.0 and True are different arguments)
         where it matters: all of them with `scalars` (a graph holds their
-        values), else the repeat counts (a count fixes the launch sequence)."""
+        values and the addresses), else the repeat counts (a count fixes the
+        launch sequence), the signatures then without addresses where no
+        parameter is written."""
         return (self._scalars_key if scalars else self._plain_key)(args)
+
+    def _addresses(self, args: tuple) -> list[int]:
+        """The addresses of a call's array arguments, each its signature's first field."""
+        signature = self.backend.signature
+        return [signature(args[i])[0] for i in self.binder.array_positions]
 
     def _generate_key(self, scalars: bool, outs: bool = False) -> Callable[..., tuple | None]:
         """`_call_key(args, scalars)` as straight-line code for this parameter list (it is
         on every replayed call's path); with `outs`, `_out_key(args, out)`: a call with
-        out= as a key, the arguments' and each given output's signature."""
+        out= as a key, the arguments' and each given output's signature. The arrays'
+        addresses are in it but in a plain call's key of a pipeline that writes no parameter."""
         names: dict[str, object] = {}
-        lines, key = self._key_lines(scalars, False, "None", names, outs)
+        lines, key = self._key_lines(scalars, False, "None", names, outs, scalars or outs or not self._free)
         head = "def key(args, out):" if outs else "def key(args):"
         return _compile([head, *lines, f"    return {key}"], names, "fusec call key")["key"]
 
@@ -207,39 +233,49 @@ class Executor:
         alignment the launches assume): `call_missed` takes it from there. With `outs`,
         replay_out(args, out): the same for a call with out= (None: a plain call)."""
         names: dict[str, object] = {"get": self._calls.get, "MISS": MISS, "Missed": Missed}
-        lines, key = self._key_lines(False, True, "MISS", names, outs)
+        free = self._free and not outs
+        lines, key = self._key_lines(False, True, "MISS", names, outs, not free)
+        get_device = getattr(self.backend, "get_device", None)
+        if get_device is not None:  # a backend of one device: that device is current, or nothing is run
+            names.update(get_device=get_device, DEVICE=self.backend.device)
+            lines[2:2] = ["    if get_device() != DEVICE:", "        return MISS"]
         if outs:
             names["replay"] = self.replay
             lines = ["    if out is None:", "        return replay(args)", *lines]
         lines += [f"    key = {key}", "    try:", "        call = get(key)",
                   "    except TypeError:  # an unhashable repeat count", "        return MISS",
                   "    if call is None:", "        return Missed(key)",
-                  f"    return call.run(args{', out' if outs else ''})"]
+                  f"    return call.run(args, {'out' if outs else 'None'}"
+                  f"{''.join(f', q{i}' for i in self.binder.array_positions) if free else ''})"]
         name = "replay_out" if outs else "replay"
         return _compile([f"def {name}(args{', out' if outs else ''}):", *lines], names, f"fusec {name}")[name]
 
     def _key_lines(self, scalars: bool, on_device: bool, miss: str, names: dict,
-                   outs: bool = False) -> tuple[list[str], str]:
+                   outs: bool = False, addresses: bool = True) -> tuple[list[str], str]:
         """The lines of a generated function of `args` (and `out`, with `outs`) that compute
         a call's key (`_call_key`, `_out_key`), returning `miss` where it has none; and the
         key's expression. `on_device`: also `miss` where an array is not on the backend's
-        device (where it has one)."""
+        device (where it has one). Without `addresses`, each array argument's signature
+        without its address (its first field), which `q{position}` is set to."""
         n = len(self._is_array)
         lines = [f"    if len(args) != {n}:", f"        return {miss}"]
         parts = []
         inline = getattr(self.backend, "signature_lines", None)  # the backend's signature, inline
         names["signature"] = self.backend.signature
 
-        def array(value: str, target: str) -> None:
+        def array(value: str, target: str, address: str | None = None) -> None:
             if inline is not None:
-                lines.extend(inline(value, target, on_device, names))
+                lines.extend(inline(value, target, on_device, names, address))
             else:
                 lines.append(f"    {target} = signature({value})")
+                if address is not None:
+                    lines.extend([f"    if {target} is not None:",
+                                  f"        {address}, {target} = {target}[0], {target}[1:]"])
             lines.extend([f"    if {target} is None:", f"        return {miss}"])
             parts.append(target)
         for position, is_array in enumerate(self._is_array):
             if is_array:
-                array(f"args[{position}]", f"a{position}")
+                array(f"args[{position}]", f"a{position}", None if addresses else f"q{position}")
             elif scalars or position in self._count_positions:
                 parts += [f"type(args[{position}])", f"args[{position}]"]
         if outs:
@@ -416,8 +452,10 @@ class _RecordedCall:
     `_out_key` with out=):
     every check that depends on the arrays was made then, and each launch is
     fixed but for the scalars and the new outputs and temporaries (or the
-    caller's out= arrays, when the key holds them). Input arrays are held by
-    address only, so nothing is kept alive. The key fixes the kind of the
+    caller's out= arrays, when the key holds them), and with `free` (a key
+    without addresses) the arrays' addresses, each checked for the alignment
+    the recorded variants need (else the call is checked). Input arrays are
+    held by address only, if at all, so nothing is kept alive. The key fixes the kind of the
     arrays (their types are in it): outputs are allocated as that kind, and the
     launches go to its stream (torch tensors: torch's current stream, where
     they were produced; no stream hand-off is needed), read once a call.
@@ -432,8 +470,9 @@ class _RecordedCall:
     MISALIGNED = None  # run()'s answer when a new output misses the alignment the launches assume: MISS
 
     def __init__(self, executor: Executor, values: list, sizes: _Sizes, launched: list, kind: ArrayKind,
-                 given_outputs: bool = False):
+                 given_outputs: bool = False, free: bool = False):
         backend, first = executor.backend, len(executor.params)
+        self.free = free  # the arrays' addresses are arguments of run(args, out, q...), not in its key
         n_outputs = len(sizes.outputs)
         # Slot k of the outputs and temporaries: new each call (given: the caller's outputs).
         allocations = list(enumerate(sizes.outputs)) if not given_outputs else []
@@ -441,6 +480,7 @@ class _RecordedCall:
         checkers = executor.binder.checkers
         scalar_params = [i for i, is_array in enumerate(executor._is_array) if not is_array]
         alignment: set[tuple[int, int]] = set()
+        aligned: set[tuple[int, int]] = set()  # (position, bytes) of array arguments (free: checked each call)
         inline = getattr(backend, "launch_source", None)
         launches = []  # per launch: (fire, [its arguments as Python expressions]), or its source text
         names: dict[str, object] = {}
@@ -455,13 +495,14 @@ class _RecordedCall:
                 if isinstance(source, ArrayArg) and source.slot >= first:  # an output or temporary: new each call
                     arguments.append(f"n{source.slot - first}")
                 elif isinstance(source, ArrayArg):
-                    arguments.append(constant(backend.pointer(value)))
+                    arguments.append(f"q{source.slot}" if free else constant(backend.pointer(value)))
                 elif isinstance(source, ScalarArg):
                     scalar = f"s{scalar_params.index(source.slot)}"
                     arguments.append(scalar if pack is None else f"{constant(pack)}({scalar})")
                 else:
                     arguments.append(constant(value if pack is None else pack(value)))
             alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
+            aligned |= {(slot, size) for slot, size in variant.alignment if slot < first}
             if inline is not None:
                 launch_names, text = inline(variant.name, grid, block, shared, f"l{len(launches)}_")
                 names.update(launch_names)
@@ -472,59 +513,121 @@ class _RecordedCall:
         # by address; another kind's (torch's) go by address, which costs less than a view of each.
         by_address = not kind.native or backend.by_address
         stream = None if inline is None else backend.stream_source(kind)
+        addresses = executor.binder.array_positions if free else None
         self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
                                           by_address, [(position, checkers[position]) for position in scalar_params],
-                                          launches, kind, stream)
+                                          launches, kind, stream, addresses, sorted(aligned) if free else [])
+
+
+# A recorded call keeps its dead arrays for reuse (`_generate`) where they take at most this
+# many bytes together: the calls whose host time an allocation is a large part of.
+RECYCLE_BYTES = 1 << 18
 
 
 def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
               by_address: bool, scalars: list, launches: list, kind: ArrayKind,
-              stream: tuple[dict, str] | None = None) -> tuple[Callable, str]:
+              stream: tuple[dict, str] | None = None, addresses: list[int] | None = None,
+              aligned: list[tuple[int, int]] = ()) -> tuple[Callable, str]:
     """One recorded call's run(args, out=None), compiled, and its source. `launches`:
     (fire, argument expressions) each, or with `stream` (the names and the expression
-    of the stream handle) each launch's source text, `handle` its stream."""
+    of the stream handle) each launch's source text, `handle` its stream. With
+    `addresses` (the array arguments' positions), run(args, out, q...) takes their
+    addresses, and answers MISALIGNED where one misses the alignment (`aligned`:
+    (position, bytes) each) that the recorded variants need.
+
+    Recycling (a kind that says which allocator is in use and when an array is `unused`,
+    the launches written out, the new arrays small, the GIL on): the call keeps the sets of arrays it allocated (outputs and temporaries, up to two sets, a
+    set taken by one call at a time) and takes one again, instead of allocating, where
+    nothing but the set references any of its arrays, their memory pointers or memory (no
+    weak reference either), each still has the shape and strides it was allocated with,
+    and the call runs on the stream and with the allocator the set was allocated on and
+    with: what the memory pool would hand out again (its memory, freed on that stream),
+    with no allocation and no new array."""
     names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=MISS)
-    lines = ["def run(args, out=None):"]
+    lines = [f"def run(args, out=None{''.join(f', q{i}=None' for i in addresses or ())}):"]
+    for position, size in aligned:  # an array at another address: as aligned as the variants need
+        lines.append(f"    if q{position} % {size}:\n        return MISALIGNED")
     if given_outputs and n_outputs:
         targets = "".join(f"v{k}, " for k in range(n_outputs))
         lines.append(f"    {targets}= out if type(out) is tuple else (out,)")
-    allocator = getattr(kind, "allocator", None)  # a new array of a shape and dtype in one C-level call
-    for k, (shape, dtype) in allocations:
-        if allocator is not None:
-            names[f"new{k}"] = allocator(shape, dtype)
-            lines.append(f"    v{k} = new{k}()")
-        else:
-            names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
-            lines.append(f"    v{k} = empty(shape{k}, dtype{k})")
-    n_temps = sum(1 for k, _ in allocations if k >= n_outputs)
-    for k in range(n_outputs + n_temps):
-        lines.append(f"    p{k} = pointer(v{k})")
-    for k, size in alignment:
-        if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
-            lines.append(f"    if p{k} % {size}:\n        return MISALIGNED")
-    for k in range(n_outputs + n_temps):
-        lines.append(f"    n{k} = p{k}" if by_address else f"    n{k} = v{k}")
-    for j, (position, check) in enumerate(scalars):
+    for j, (position, check) in enumerate(scalars):  # checked first: a bad call allocates nothing
         names[f"check{j}"] = check
         lines.append(f"    s{j} = args[{position}]")
         fast = getattr(check, "inline", None)  # the checker's fast case as a condition on its value
         condition = None if fast is None else fast(f"s{j}")
         lines.append(f"    s{j} = check{j}(s{j})" if condition is None else
                      f"    if not ({condition}):\n        s{j} = check{j}(s{j})")
+    if stream is not None:
+        stream_names, handle = stream
+        names.update(stream_names)
+        lines.append(f"    handle = {handle}")
+    new_bytes = sum(math.prod(shape) * dtype.itemsize for _, (shape, dtype) in allocations)
+    recycle = stream is not None and getattr(kind, "allocator_in_use", None) is not None and \
+        0 < new_bytes <= RECYCLE_BYTES and getattr(sys, "_is_gil_enabled", lambda: True)()  # the counts need the GIL
+    allocator = getattr(kind, "allocator", None)  # a new array of a shape and dtype in one C-level call
+    new_lines = []
+    for k, (shape, dtype) in allocations:
+        if allocator is not None:
+            names[f"new{k}"] = allocator(shape, dtype)
+            new_lines.append(f"v{k} = new{k}()")
+        else:
+            names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
+            new_lines.append(f"v{k} = empty(shape{k}, dtype{k})")
+    new_lines += [f"p{k} = pointer(v{k})" for k, _ in allocations]
+    for k, size in alignment:
+        if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
+            new_lines.append(f"if p{k} % {size}:\n    return MISALIGNED")
+    if given_outputs:
+        lines += [f"    p{k} = pointer(v{k})" for k in range(n_outputs)]
+    if not recycle:
+        lines += ["    " + line.replace("\n", "\n    ") for line in new_lines]
+    else:
+        spares = collections.deque(maxlen=2)
+        names.update(spares=spares, take=spares.popleft, keep=spares.append, allocator_in_use=kind.allocator_in_use,
+                     NO_SPARE=(None, None))
+        unused, item = [], 2
+        for k, (shape, dtype) in allocations:
+            names[f"shape{k}"] = shape
+            names[f"strides{k}"] = _contiguous_strides(shape, dtype.itemsize)
+            unused.append(kind.unused(f"v{k}", f"d{k}", f"shape{k}", f"strides{k}", names))
+
+        def take_one(indent: str) -> list[str]:  # take the oldest set kept; reuse it, or keep it again
+            taken = [f"{indent}    v{k} = spare[{item + j}]\n{indent}    d{k} = v{k}.data"
+                     for j, (k, _) in enumerate(allocations)]
+            return [f"{indent}try:", f"{indent}    spare = take()", f"{indent}except IndexError:",
+                    f"{indent}    spare = NO_SPARE",
+                    f"{indent}if spare[0] == handle and spare[1] is allocator_in_use():", *taken,
+                    f"{indent}    reuse = {' and '.join(unused)}",
+                    f"{indent}if not reuse and spare is not NO_SPARE:  # referenced still: kept, the older set first",
+                    f"{indent}    keep(spare)"]
+        lines += ["    reuse = False", *take_one("    "),
+                  "        if len(spares) == 2:  # the other set kept", *take_one("            "), "    if reuse:",
+                  *[f"        p{k} = d{k}.ptr" for k, _ in allocations], "    else:",
+                  *["        " + line.replace("\n", "\n        ") for line in new_lines],
+                  f"        spare = (handle, allocator_in_use(), {''.join(f'v{k}, ' for k, _ in allocations)})"]
+    for k in range(n_outputs + len(allocations) - (0 if given_outputs else n_outputs)):
+        lines.append(f"    n{k} = p{k}" if by_address else f"    n{k} = v{k}")
     if stream is None:
         lines.append("    stream = get_stream()")
         for fire, arguments in launches:
             call = f"[{', '.join(arguments)}]"
             lines.append(f"    {fire}({call}) if stream is None else {fire}({call}, stream=stream)")
     else:  # the stream's handle read once, each launch written out
-        stream_names, handle = stream
-        names.update(stream_names)
-        lines.append(f"    handle = {handle}")
         lines += [text.rstrip("\n") for text in launches]
+    if recycle:
+        lines.append("    keep(spare)")
     result = "None" if not n_outputs else "v0" if n_outputs == 1 else \
         "(" + "".join(f"v{k}, " for k in range(n_outputs)) + ")"
     lines.append(f"    return {result}")
     return _compile(lines, names, "fusec recorded call")["run"], "\n".join(lines) + "\n"
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def _compile(lines: list[str], names: dict, what: str) -> dict:

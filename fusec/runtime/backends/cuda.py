@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,12 @@ FAST_OPTIONS = ("--std=c++17", "-ftz=true", "-prec-div=false", "-prec-sqrt=false
 
 _modules: dict[tuple, object] = {}
 _lock = threading.Lock()
+
+# The driver's entry point for a launch without clusters: "ex", cuLaunchKernelEx with a
+# configuration built once per launch (its stream set where it changed), or "plain",
+# cuLaunchKernel (the stream and the dimensions converted every call). Clusters always take
+# the extended launch. Read when a launch is prepared; benchmarks/launch_floor.py times both.
+LAUNCH_ENTRY = "ex"
 
 
 def cupy():
@@ -75,11 +82,6 @@ def _text(name, error) -> str:
 
 def current_device() -> int:
     return _runtime().getDevice()
-
-
-def current_device_getter():
-    """current_device without its frame: CuPy's runtime.getDevice."""
-    return _runtime().getDevice
 
 
 @functools.cache
@@ -275,6 +277,7 @@ class CudaBackend:
         cp = self.cp = cupy()
         self.driver = driver()
         self.device = cp.cuda.Device().id
+        self.get_device = cp.cuda.runtime.getDevice  # the current device (generated replays check it is this one)
         self.arch = arch or device_arch()
         self.arrays = DeviceArrays(cp, self.device)
         module = load_module(cuda_source, self.arch, interface.fast_math)
@@ -295,17 +298,19 @@ class CudaBackend:
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}
 
-    def _launch_config(self, grid: int, block: int, shared_bytes: int, cluster: int):
-        """cuLaunchKernelEx's configuration of a launch in clusters of `cluster` blocks."""
+    def _launch_config(self, grid: int, block: int, shared_bytes: int, cluster: int = 1):
+        """cuLaunchKernelEx's configuration of a launch (on stream 0 until set), in
+        clusters of `cluster` blocks where that is more than 1."""
         d = self.driver
         config = d.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
         config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
         config.sharedMemBytes = shared_bytes
-        attribute = d.CUlaunchAttribute()
-        attribute.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
-        config.attrs, config.numAttrs = [attribute], 1
+        if cluster > 1:
+            attribute = d.CUlaunchAttribute()
+            attribute.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+            config.attrs, config.numAttrs = [attribute], 1
         return config
 
     def _clusters_fit(self, function, block: int, cluster: int) -> bool:
@@ -369,20 +374,23 @@ class CudaBackend:
         """fire(args, stream=None): the driver's launch with the variant's buffer
         packed in place; `stream` anything with the handle as `.ptr` (None: CuPy's current)."""
         function, _, arguments = self.functions[variant]
-        launch, current, lock, fill = self.driver.cuLaunchKernel, self.cp.cuda.get_current_stream, \
-            arguments.lock, arguments.fill
+        current, lock, fill = self.cp.cuda.get_current_stream, arguments.lock, arguments.fill
         cluster = self._clusters[variant]
-        if cluster > 1:  # the extended launch, with the cluster's dimensions
+        if cluster > 1 or LAUNCH_ENTRY == "ex":  # the extended launch (a cluster's dimensions, where it has them)
             config, launch_ex, stream_of = self._launch_config(grid, block, shared_bytes, cluster), \
                 self.driver.cuLaunchKernelEx, self.driver.CUstream
+            last = [None]  # the handle config.hStream holds
 
-            def fire_cluster(args, stream=None):
+            def fire_ex(args, stream=None):
+                handle = (current() if stream is None else stream).ptr
                 with lock:  # the buffer and the configuration are the driver's until the launch returns
-                    config.hStream = stream_of((current() if stream is None else stream).ptr)
+                    if handle != last[0]:
+                        config.hStream, last[0] = stream_of(handle), handle
                     error, = launch_ex(config, function, fill(args), 0)
                 if error:
                     checked((error,))
-            return fire_cluster
+            return fire_ex
+        launch = self.driver.cuLaunchKernel
 
         def fire(args, stream=None):
             handle = (current() if stream is None else stream).ptr
@@ -395,22 +403,27 @@ class CudaBackend:
     def launch_source(self, variant: str, grid: int, block: int, shared_bytes: int, prefix: str) -> tuple[dict, str]:
         """`launcher`'s launch as source text for generated callers (the recorded calls,
         executor._generate): the names it reads (each starting with `prefix`, but for
-        the driver's launch and `checked`) and its lines, with `{args}` for the
+        the driver's launch, CUstream and `checked`) and its lines, with `{args}` for the
         arguments (Python expressions, packed as `launcher`'s fire packs them) and the
-        stream's handle read from `handle`."""
+        stream's handle read from `handle`. The extended launch's configuration is built
+        here, once: its stream is set only where the handle differs from the last one."""
         function, _, arguments = self.functions[variant]
-        if self._clusters[variant] > 1:  # the extended launch: through its fire
-            fire = self.launcher(variant, grid, block, shared_bytes)
-            return {f"{prefix}fire": fire, "RawStream": torch_arrays.RawStream}, \
-                f"    {prefix}fire([{{args}}], RawStream(handle))\n"
-        names = {f"{prefix}function": function, f"{prefix}lock": arguments.lock, f"{prefix}pack": arguments.layout.pack_into,
-                 f"{prefix}buffer": arguments.buffer, f"{prefix}params": arguments.params,
-                 "launch": self.driver.cuLaunchKernel, "checked": checked}
-        return names, (f"    with {prefix}lock:  # the buffer is the driver's to read until the launch returns\n"
-                       f"        {prefix}pack({prefix}buffer, 0, {{args}})\n"
-                       f"        error, = launch({prefix}function, {grid}, 1, 1, {block}, 1, 1, {shared_bytes}, handle, "
-                       f"{prefix}params, 0)\n"
-                       "    if error:\n        checked((error,))\n")
+        p = prefix
+        names = {f"{p}function": function, f"{p}lock": arguments.lock, f"{p}pack": arguments.layout.pack_into,
+                 f"{p}buffer": arguments.buffer, f"{p}params": arguments.params, "checked": checked}
+        pack = (f"    with {p}lock:  # the buffer is the driver's to read until the launch returns\n"
+                f"        {p}pack({p}buffer, 0, {{args}})\n")
+        check = "    if error:\n        checked((error,))\n"
+        cluster = self._clusters[variant]
+        if cluster > 1 or LAUNCH_ENTRY == "ex":
+            names.update({f"{p}config": self._launch_config(grid, block, shared_bytes, cluster), f"{p}stream": [None],
+                          "launch_ex": self.driver.cuLaunchKernelEx, "CUstream": self.driver.CUstream})
+            return names, (pack + f"        if handle != {p}stream[0]:  # the configuration's stream, set where it changed\n"
+                           f"            {p}config.hStream, {p}stream[0] = CUstream(handle), handle\n"
+                           f"        error, = launch_ex({p}config, {p}function, {p}params, 0)\n" + check)
+        names["launch"] = self.driver.cuLaunchKernel
+        return names, (pack + f"        error, = launch({p}function, {grid}, 1, 1, {block}, 1, 1, {shared_bytes}, handle, "
+                       f"{p}params, 0)\n" + check)
 
     def stream_source(self, kind: ArrayKind) -> tuple[dict, str]:
         """The handle of the stream a call of this kind without stream= runs on, as an
@@ -424,15 +437,20 @@ class CudaBackend:
         return {"current_stream": current, "kind_stream": kind.stream}, \
             "(current_stream() if (stream := kind_stream()) is None else stream).ptr"
 
-    def signature_lines(self, value: str, target: str, on_device: bool, names: dict) -> list[str]:
+    def signature_lines(self, value: str, target: str, on_device: bool, names: dict,
+                        address: str | None = None) -> list[str]:
         """`signature` as lines of generated code (a call's key, executor._key_lines): `target`
         set to the signature of the array `value`, or None; with `on_device`, None also
-        where the array is not on this backend's device. CuPy's arrays, and torch's tensors
-        where torch is imported, are read inline, as `signature` reads them."""
+        where the array is not on this backend's device; with `address`, the signature
+        without the array's address, which that name is set to. CuPy's arrays, and torch's
+        tensors where torch is imported, are read inline, as `signature` reads them."""
         names.update(ndarray=self.cp.ndarray, DEVICE=self.device, device_of=_device_of)
         v = f"{target}_value"
-        lines = [f"    {v} = {value}", f"    if type({v}) is ndarray:", f"        {target}_data = {v}.data",
-                 f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)"]
+        lines = [f"    {v} = {value}", f"    if type({v}) is ndarray:", f"        {target}_data = {v}.data"]
+        if address is None:
+            lines.append(f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)")
+        else:
+            lines += [f"        {address} = {target}_data.ptr", f"        {target} = ({v}.shape, {v}.strides, {v}.dtype)"]
         if on_device:
             lines += [f"        if {target}_data.device_id != DEVICE:", f"            {target} = None"]
         torch = sys.modules.get("torch")
@@ -444,20 +462,23 @@ class CudaBackend:
                 kinds.append(parameter)
             names.update({f"tensor_kind{j}": kind for j, kind in enumerate(kinds)},
                          tensor_data_ptr=readers[0], tensor_is_contiguous=readers[2], grad_enabled=torch.is_grad_enabled)
+            rest = f"{v}.shape, tensor_is_contiguous({v}), {v}.dtype, {v}.requires_grad"
+            read = [f"            {target} = (tensor_data_ptr({v}), {rest})"] if address is None else \
+                [f"            {address} = tensor_data_ptr({v})", f"            {target} = ({rest})"]
             lines += [f"    elif {' or '.join(f'type({v}) is tensor_kind{j}' for j in range(len(kinds)))}:",
-                      "        try:",
-                      f"            {target} = (tensor_data_ptr({v}), {v}.shape, tensor_is_contiguous({v}), {v}.dtype, "
-                      f"{v}.requires_grad)",
+                      "        try:", *read,
                       "        except Exception:  # e.g. a sparse tensor has no address: the full check says why",
                       f"            {target} = None",
                       "        else:",
-                      f"            if {target}[4]:  # requires grad: grad mode in the key too (`signature`)",
+                      f"            if {target}[-1]:  # requires grad: grad mode in the key too (`signature`)",
                       f"                {target} += (grad_enabled(),)"]
             if on_device:
                 lines += [f"            if {v}.get_device() != DEVICE:", f"                {target} = None"]
         lines += ["    else:", f"        {target} = signature({v})"]
         if on_device:
             lines += [f"        if {target} is not None and device_of({v}) != DEVICE:", f"            {target} = None"]
+        if address is not None:
+            lines += [f"        if {target} is not None:", f"            {address}, {target} = {target}[0], {target}[1:]"]
         return lines
 
     # ---- arrays
@@ -543,6 +564,51 @@ class CudaBackend:
         graph.launch(stream)  # None: the current stream
 
 
+class CupyArrays(OwnArrays):
+    """CuPy arrays as an ArrayKind, allocated as cupy.ndarray(shape, dtype) (what
+    cupy.empty(shape, dtype) calls, a frame fewer), from CuPy's current allocator; and
+    what a recorded call needs to reuse arrays that nothing references any more
+    (executor._generate): `unused`, and the allocator in use, which a reused array
+    must have come from."""
+
+    def __init__(self, cp):
+        super().__init__("CuPy arrays", cp.ndarray, _cupy_pointer)
+        self.allocator_in_use = getattr(cp.cuda, "get_allocator", None)  # None: nothing is reused
+
+    @staticmethod
+    def unused(array: str, pointer: str, shape: str, strides: str, names: dict) -> str:
+        """A condition of generated code: `array` (its `.data` read into `pointer`), held by
+        a tuple of the code's and its local alone, is referenced by nothing else (no view,
+        no weak reference, no holder of its MemoryPointer or of that pointer's memory), and
+        has the shape and strides named."""
+        names.update(getrefcount=sys.getrefcount, getweakrefcount=weakref.getweakrefcount)
+        refs_array, refs_pointer, refs_memory = _ALONE
+        return (f"getrefcount({array}) == {refs_array} and getrefcount({pointer}) == {refs_pointer} and "
+                f"getrefcount({pointer}.mem) == {refs_memory} and not getweakrefcount({array}) and "
+                f"{array}.shape == {shape} and {array}.strides == {strides}")
+
+
+def _alone() -> tuple[int, int, int]:
+    """What sys.getrefcount reads, in code of the form `CupyArrays.unused` is used in, of an
+    array held by a tuple alone, of its MemoryPointer and of that pointer's memory: counted
+    on stand-ins by code of the same form (a count differs between Python versions, whose
+    interpreters borrow some references on the stack)."""
+    class Probe:
+        __slots__ = ("data", "mem")
+    array = Probe()
+    array.data = Probe()
+    array.data.mem = Probe()
+    spare = (None, None, array)
+    del array
+    names = {"getrefcount": sys.getrefcount}
+    exec("def probe(spare):\n    v0 = spare[2]\n    d0 = v0.data\n"
+         "    return getrefcount(v0), getrefcount(d0), getrefcount(d0.mem)\n", names)
+    return names["probe"](spare)
+
+
+_ALONE = _alone()
+
+
 class DeviceArrays:
     """The cuda backend's arrays for the binder: CuPy arrays on this device, torch
     CUDA tensors (a call of them returns torch tensors and runs on torch's
@@ -551,8 +617,7 @@ class DeviceArrays:
 
     def __init__(self, cp, device: int):
         self.cp, self.device = cp, device
-        # cupy.ndarray(shape, dtype) is what cupy.empty(shape, dtype) calls, a frame fewer
-        self.own = OwnArrays("CuPy arrays", cp.ndarray, _cupy_pointer)
+        self.own = CupyArrays(cp)
         self._torch: ArrayKind | None = None
 
     def kind(self, value) -> ArrayKind:
