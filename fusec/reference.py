@@ -322,6 +322,8 @@ def reduce_rows(op: str, x: np.ndarray, index: np.ndarray | None = None) -> np.n
             finite = np.isfinite(m)
             shifted = np.sum(np.exp(x - np.where(finite, m, t(0))), axis=-1, keepdims=True, dtype=x.dtype)
             return np.where(finite, m + np.log(shifted), m).astype(x.dtype)
+        if op == "length":  # the row's length, from the shape alone
+            return np.full(x.shape[:-1] + (1,), length, x.dtype)
         if op == "pick":  # each row's element at its index; 0 where the index is outside the row
             idx = index.astype(np.int64)
             inside = (idx >= 0) & (idx < length)

@@ -19,7 +19,10 @@ from helpers import EXAMPLES, ROOT
 import fusec
 from fusec.errors import FzError, Source
 from fusec.frontend import check_source
+from fusec.compiler import compile_pipeline
 from fusec.frontend.grad import backward_program, backward_source, choose_backward, saveable_outputs
+from fusec.ir.kernels import row_schedule
+from fusec.passes.lower import lower
 
 torch = pytest.importorskip("torch")
 _names = itertools.count()
@@ -147,6 +150,33 @@ def broadcast_check(backend: str) -> None:
     grad = backward_source(check_source(Source("t.fz", text)), "p")
     assert "col_sum(col_sum(" in grad  # w: summed over a, then b
     gradcheck(text, "p", {"a": 5, "b": 3, "c": 4}, backend=backend)
+
+
+# Adjoints constant along a dim they are summed over (a per-row g read over the row, a per-column b
+# over the rows, a [1, 1] u over both, a [1] v over a 1-D row, a per-row g of a 3-D array): the sum
+# is the adjoint times the dim's length (row_length; a column count), not a sum of it spread out.
+COUNTED = [
+    "pipeline p(x: f64[r, c], g: f64[r, 1]) -> (s: f64[r, 1]) { s = row_sum(x + g) + row_mean(g * x - g); }",
+    "pipeline p(x: f64[r, c], b: f64[c]) -> (s: f64[c]) { s = col_sum(x + b) + col_sum(b * 2.0 - x); }",
+    "pipeline p(x: f64[r, c], u: f64[1, 1], v: f64[1]) -> (y: f64[r, c]) { y = x * u + v + row_sum(x - u); }",
+    "pipeline p(x: f64[r], u: f64[1]) -> (y: f64[r], s: f64[1]) { y = x * u; s = row_sum(x + exp(u)); }",
+    "pipeline p(x: f64[a, r, c], g: f64[r, 1]) -> (s: f64[a, r, 1]) { s = row_sum(x + g) * row_var(x * g); }",
+    # and a factor constant along the summed dim left outside: w's gradient col_sum(g) * d_s
+    "pipeline p(x: f64[r, c], g: f64[r, 1], w: f64[c]) -> (s: f64[c]) { s = col_sum(g * w + x); }",
+]
+
+
+@pytest.mark.parametrize("text", COUNTED)
+def test_an_adjoint_constant_along_a_sum_is_counted(text):
+    counted_check(text, "numpy")
+
+
+def counted_check(text: str, backend: str) -> None:
+    grad = backward_source(check_source(Source("t.fz", text)), "p")
+    # counted by row_length (a column count: of a per-row value where the statement reads one), never
+    # spread over the elements to be summed: where(isnan(x), d, d)
+    assert "row_sum(where(isnan(" not in grad and not re.search(r"where\(isnan\(.*?\), (\w+), \1\)", grad)
+    gradcheck(text, "p", {"a": 2, "r": 3, "c": 4}, backend)
 
 
 def test_a_column_sum_in_the_forward_and_a_loss_total():
@@ -346,6 +376,51 @@ def test_softmax_recomputing_everything_matches_golden(file_regression):
     program = check_source(Source("softmax.fz", (ROOT / "examples/softmax.fz").read_text()))
     text = "\n".join(backward_source(program, p.name) for p in program.pipelines)
     file_regression.check(text, fullpath=ROOT / "tests" / "golden" / "softmax.recompute.grad.fz")
+
+
+# ---- the backward of a row reduction: its row sums hold only what varies along the row
+
+# (example, pipeline, row reductions in its derived backward, the cost model's choice of form). The
+# form before issue 15 had, for RMSNorm, three: row_mean(x * x); row_sum(d_y * w * x * -0.5 *
+# rsqrt(u) / u), with a division and an rsqrt an element, which waits for the first (two rounds
+# over the row); and row_sum(where(isnan(x * x), 1.0, 1.0)), counting the row.
+ROW_BACKWARDS = [("rmsnorm", "rmsnorm", 2), ("rmsnorm", "rmsnorm_bf16", 2), ("add_rmsnorm", "add_rmsnorm", 2),
+                 ("add_rmsnorm", "add_rmsnorm_bf16", 2), ("mlp", "bias_residual_rmsnorm", 2),
+                 ("layernorm", "layernorm", 2), ("layernorm", "layernorm_bf16", 2), ("softmax", "softmax", 1),
+                 ("log_softmax", "log_softmax", 1), ("cross_entropy", "cross_entropy", 1)]
+
+
+@pytest.mark.parametrize("example,pipeline,reductions", ROW_BACKWARDS)
+def test_a_row_reductions_backward_sums_only_what_varies_along_the_row(example, pipeline, reductions):
+    """Reverse mode takes the adjoint of a per-row value where it is broadcast: RMSNorm's r =
+    rsqrt(u) gets row_sum(d_y * w * x), then u's is that times -0.5 * r * r * r once a row. So
+    no row reduction of the derived backward holds a division, a square root or an rsqrt an
+    element, none counts the row (row_length does, free), and its fused row kernel knows every
+    reduction after one pass over the row, then stores (the old RMSNorm form: two passes)."""
+    program = check_source(Source(f"{example}.fz", (ROOT / "examples" / f"{example}.fz").read_text()))
+    grad = backward_program(program, pipeline)
+    graph = lower(grad, grad.pipeline(f"{pipeline}_grad"))
+    found = [s for s in graph.stages if s.row_reduction and s.reduce != "length"]
+    assert len(found) == reductions, [s.name for s in found]
+    for stage in found:
+        ops = {ins.op for ins in stage.body.instrs}
+        assert not ops & {"div", "sqrt", "rsqrt", "isnan"}, (stage.name, ops)
+    assert "isnan" not in grad.source.text
+    compiled = compile_pipeline(grad, f"{pipeline}_grad")
+    rows = [k.kernel for k in compiled.interface.kernels if k.kernel.rows]
+    assert rows and all(row_schedule(k).reductions <= 1 for k in rows)
+    assert len(rows) == 1 or example == "cross_entropy"  # its loss's mean: column sums between
+    if example == "rmsnorm":
+        assert "row_sum(d_y * f32(w) * f32(x))" in grad.source.text or "row_sum(d_y * w * x)" in grad.source.text
+
+
+def test_the_row_length_divides_a_mean_and_has_no_gradient():
+    """row_mean's adjoint is d / row_length(x), per row; row_length's own is none."""
+    text = ("pipeline p(x: f64[r, c]) -> (y: f64[r, c]) {\n"
+            "    y = x * row_mean(x) + row_length(x) * x;\n}\n")
+    grad = backward_source(check_source(Source("t.fz", text)), "p")
+    assert "/ row_length(x)" in grad and "d_row_length" not in grad
+    gradcheck(text, "p", {"r": 3, "c": 5})
 
 
 # ---- save or recompute: the cost model's choice, and both forms correct

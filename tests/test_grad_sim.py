@@ -12,11 +12,13 @@ from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from test_grad import (
     BUILTIN_CASES,
+    COUNTED,
     DIFFERENTIABLE,
     FORMS,
     both_forms_check,
     broadcast_check,
     builtin_gradcheck,
+    counted_check,
     differentiable_pipelines,
     differentiable_row_pipelines,
     example_gradcheck,
@@ -66,6 +68,11 @@ def test_row_pick_passes_its_gradient_to_the_element_it_picks_on_the_sim():
 
 def test_parameters_broadcast_over_leading_dims_get_column_sums_on_the_sim():
     broadcast_check("sim")
+
+
+@pytest.mark.parametrize("text", COUNTED)
+def test_an_adjoint_constant_along_a_sum_is_counted_on_the_sim(text):
+    counted_check(text, "sim")
 
 
 @pytest.mark.parametrize("pipeline,reference", FORMS)

@@ -97,6 +97,8 @@ class XpOps:
         if op in COLUMN_OPS:
             return column_sums(op, x, lambda rows: xp.zeros((rows,) + x.shape[1:], x.dtype),
                                lambda parts: xp.concatenate(parts))
+        if op == "length":
+            return xp.full(x.shape[:-1] + (1,), x.shape[-1], x.dtype)
         if op == "logsumexp":
             m = x.max(-1, keepdims=True)
             finite = xp.isfinite(m)
@@ -179,6 +181,8 @@ class TorchOps:
             return torch.where(inside, picked, torch.zeros((), dtype=x.dtype, device=x.device))
         if op == "var":
             return torch.var(x, -1, keepdim=True, unbiased=False)
+        if op == "length":
+            return x.new_full((*x.shape[:-1], 1), x.shape[-1])
         fn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "logsumexp": torch.logsumexp}
         return fn[op](x, -1, keepdim=True)
 

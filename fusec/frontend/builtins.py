@@ -42,10 +42,14 @@ BUILTINS: dict[str, Builtin] = {
 
 # Row reductions over the last axis (pipelines only): name -> (IR op, arity).
 # Their result has the operand's shape with a trailing 1 and is computed in the
-# accumulation type (f32 for f16/bf16/f32, f64 for f64).
+# accumulation type (f32 for f16/bf16/f32, f64 for f64). row_length(x) is the
+# row's length (its count of elements, read from the shape: x is not computed),
+# of any type's array: what "divide by the row's length" is written with (a
+# mean's gradient), free in a row kernel.
 ROW_REDUCTIONS: dict[str, tuple[str, int]] = {
     "row_sum": ("sum", 1), "row_mean": ("mean", 1), "row_max": ("max", 1), "row_min": ("min", 1),
     "row_var": ("var", 1), "row_logsumexp": ("logsumexp", 1), "row_pick": ("pick", 2),
+    "row_length": ("length", 1),
 }
 
 # Each element's place along the last axis of its argument (an array; 0 to the

@@ -330,9 +330,10 @@ class PipelineChecker:
         if any(isinstance(v, Strong) and v.type is None for v in (value, index)):
             return POISON  # a name whose statement failed: already reported
         if isinstance(value, Weak) or not value_arrays:
-            does = "sums an array over its first axis" if column else "reduces each row of an array"
+            does = "sums an array over its first axis" if column else "is the length of each row of an array" \
+                if op == "length" else "reduces each row of an array"
             return exprs.error(call.loc, f"{what} {does}; its argument is a scalar")
-        if not value.type.is_float:
+        if not value.type.is_float and op != "length":
             return exprs.error(call.loc, f"{what} needs floats, got {value.type}; convert with f32(...)")
         space = self.dims.broadcast(value_arrays + index_arrays, call.loc)
         if space is None:
@@ -341,7 +342,8 @@ class PipelineChecker:
             return exprs.error(call.loc, f"{what} sums over the first axis of an array of two or more dims, "
                                          f"leaving the others; its argument is {fmt_shape(space)}")
         acc = F64 if value.type == F64 else F32
-        results = [exprs.convert(value, acc, call.loc, what).id]
+        # row_length's operand only gives the row (any type's, cast: its values are never read)
+        results = [(exprs.cast(value, acc, call.loc) if op == "length" else exprs.convert(value, acc, call.loc, what)).id]
         if op == "pick":
             if isinstance(index, Strong) and not index.type.is_int:
                 return exprs.error(call.loc, f"the index of {what} must be an integer, got {index.type}")

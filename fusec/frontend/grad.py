@@ -22,11 +22,24 @@ last first, the
 adjoint of every value the statement reads, by the chain rule through its
 expression, with PyTorch's derivatives: zero through floor, ceil, round,
 trunc, comparisons, integer casts and the unselected side of `where`; `min`,
-`max` and `clamp` pass the gradient to the operand they return. A value read
-through a broadcast of its last dim (`[*rows, 1]` read over `[*rows, n]`)
-gets its adjoint summed over the row (`row_sum`); one read over leading dims
-(a per-column bias) summed over them (`col_sum`); `row_pick(x, j)` passes its
-adjoint to the element picked (`row_position(x) == j`). Integer and bool outputs
+`max` and `clamp` pass the gradient to the operand they return.
+
+Broadcasts are differentiated where they happen: each instruction's value has
+the shape of what it reads (a per-row `rsqrt(row_mean(x * x) + eps)` is
+`[*rows, 1]` inside a statement over `[*rows, n]`), and its adjoint is a
+product of factors (`_Term`). Where an operand is narrower than the
+instruction, the adjoint reaching it is summed over the dims it is broadcast
+along, there: over its last dim by `row_sum`, over leading dims (a per-column
+bias) by `col_sum`, with the factors constant along the summed dim left
+outside the sum (RMSNorm's per-row factor: `row_sum(d_y * w * x) * -0.5 * r *
+r * r`, computed once a row, the sum reading what varies alone); a product
+constant along it is multiplied by the dim's length (`row_length(x)`; a column
+count). A reduction's adjoint stays as narrow as its result (it broadcasts over
+the row; a later sum counts it once an element): a mean's and a variance's
+divided by `row_length(x)`, which a row kernel reads from the shape;
+`row_pick(x, j)` passes its adjoint to the element picked
+(`row_position(x) == j`). Statements whose values reach no gradient are
+dropped. Integer and bool outputs
 carry no gradient (as torch.max's indices); a pipeline whose float inputs reach
 only such outputs cannot be differentiated. That, `repeat`, `inout` parameters and
 a broadcast along a middle dim: each a located error.
@@ -181,18 +194,107 @@ def _predicted(program: Program, name: str, options) -> tuple[float, float]:
     return sum(p.us for p in predictions), sum(p.compute_us for p in predictions)
 
 
-# d/dx of one-argument functions: {a} the adjoint of the result {r}, {x} the argument.
+# d/dx of one-argument functions, as factors of the adjoint of the result: op -> (negated,
+# ((factor, divides), ...)), {x} the argument, {r} the result. rsqrt's -0.5 * x^(-3/2) is the
+# result cubed: no division, and no need of x where the result is saved (LayerNorm's rstd).
 _UNARY = {
-    "cast": "{a}", "neg": "-({a})", "exp": "{a} * {r}", "exp2": f"{{a}} * {{r}} * {LN2}",
-    "expm1": "{a} * ({r} + 1.0)", "log": "{a} / {x}", "log2": f"{{a}} / ({{x}} * {LN2})",
-    "log10": f"{{a}} / ({{x}} * {LN10})", "log1p": "{a} / (1.0 + {x})", "sqrt": "{a} * 0.5 / {r}",
-    "rsqrt": "{a} * -0.5 * {r} / {x}", "cbrt": "{a} * {r} / (3.0 * {x})", "sin": "{a} * cos({x})",
-    "cos": "-({a}) * sin({x})", "tan": "{a} * (1.0 + {r} * {r})", "asin": "{a} * rsqrt(1.0 - {x} * {x})",
-    "acos": "-({a}) * rsqrt(1.0 - {x} * {x})", "atan": "{a} / (1.0 + {x} * {x})",
-    "sinh": "{a} * cosh({x})", "cosh": "{a} * sinh({x})", "tanh": "{a} * (1.0 - {r} * {r})",
-    "sigmoid": "{a} * {r} * (1.0 - {r})", "erf": f"{{a}} * {TWO_OVER_SQRT_PI} * exp(-({{x}} * {{x}}))",
-    "abs": "{a} * ({x} > 0.0 ? 1.0 : {x} < 0.0 ? -1.0 : 0.0)",
+    "cast": (False, ()), "neg": (True, ()),
+    "exp": (False, (("{r}", False),)), "exp2": (False, (("{r}", False), (LN2, False))),
+    "expm1": (False, (("({r} + 1.0)", False),)), "log": (False, (("{x}", True),)),
+    "log2": (False, ((f"({{x}} * {LN2})", True),)), "log10": (False, ((f"({{x}} * {LN10})", True),)),
+    "log1p": (False, (("(1.0 + {x})", True),)), "sqrt": (False, (("0.5", False), ("{r}", True))),
+    "rsqrt": (False, (("-0.5", False), ("{r}", False), ("{r}", False), ("{r}", False))),
+    "cbrt": (False, (("{r}", False), ("(3.0 * {x})", True))), "sin": (False, (("cos({x})", False),)),
+    "cos": (True, (("sin({x})", False),)), "tan": (False, (("(1.0 + {r} * {r})", False),)),
+    "asin": (False, (("rsqrt(1.0 - {x} * {x})", False),)), "acos": (True, (("rsqrt(1.0 - {x} * {x})", False),)),
+    "atan": (False, (("(1.0 + {x} * {x})", True),)), "sinh": (False, (("cosh({x})", False),)),
+    "cosh": (False, (("sinh({x})", False),)), "tanh": (False, (("(1.0 - {r} * {r})", False),)),
+    "sigmoid": (False, (("{r}", False), ("(1.0 - {r})", False))),
+    "erf": (False, ((TWO_OVER_SQRT_PI, False), ("exp(-({x} * {x}))", False))),
+    "abs": (False, (("({x} > 0.0 ? 1.0 : {x} < 0.0 ? -1.0 : 0.0)", False),)),
 }
+_LITERAL = re.compile(r"\(?-?\d+(\.\d*)?(e[-+]?\d+)?\)?")
+
+
+def _broadcast(shapes) -> tuple:
+    """The broadcast of shapes (tuples of dims, aligned on the right; a dim of 1 broadcasts)."""
+    shapes = [tuple(s) for s in shapes]
+    width = max((len(s) for s in shapes), default=0)
+    return tuple(next((d for d in (s[-k] for s in shapes if len(s) >= k) if d != 1), 1) for k in range(width, 0, -1))
+
+
+def _along_row(shape: tuple) -> bool:
+    """A value of this shape varies along the last dim (the row) of the shapes it broadcasts into."""
+    return bool(shape) and shape[-1] != 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Factor:
+    text: str      # an operand of * or /: a name, a literal, a call or a parenthesised expression
+    shape: tuple   # the dims it varies along (canonical dims, aligned on the right)
+    divides: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """An adjoint as a product of factors and a sign, so that a sum of it over a dim (the
+    gradient of a value broadcast along it) holds only the factors that vary along that dim:
+    `row_sum(d_y * w * x) * -0.5 * r * r * r`, the per-row factor taken once per row. Printed
+    with the factors constant along the row first, grouped (computed once a row in a row
+    kernel), then those that vary."""
+
+    factors: tuple
+    negated: bool = False
+
+    @staticmethod
+    def of(text: str, shape) -> "_Term":
+        return _Term((_Factor(text, tuple(shape)),))
+
+    @property
+    def shape(self) -> tuple:
+        return _broadcast(f.shape for f in self.factors)
+
+    def times(self, text: str, shape, divides: bool = False) -> "_Term":
+        return _Term(self.factors + (_Factor(text, tuple(shape), divides),), self.negated)
+
+    def negate(self) -> "_Term":
+        return _Term(self.factors, not self.negated)
+
+    def text(self) -> str:
+        wide = _along_row(self.shape)
+        per_row = [f for f in self.factors if not (wide and _along_row(f.shape))]
+        varying = [f for f in self.factors if wide and _along_row(f.shape)]
+        negated = self.negated
+        for k, f in enumerate(per_row):  # the sign into a literal factor, where there is one
+            if negated and not f.divides and _LITERAL.fullmatch(f.text):
+                bare = f.text.strip("()")
+                per_row[k] = replace(f, text=bare[1:] if bare.startswith("-") else f"-{bare}")
+                negated = False
+                break
+        head = _product(per_row)
+        if negated and head:  # the sign on the per-row factors
+            head, negated = f"-({head})", False
+        elif head and varying and (len(per_row) > 1 or per_row[0].divides):
+            head = f"({head})"
+        text = head or ""
+        for f in varying:
+            text = f"{text} {'/' if f.divides else '*'} {f.text}" if text else \
+                f.text if not f.divides else f"1.0 / {f.text}"
+        return f"-({text})" if negated else text
+
+
+def _product(factors: list) -> str:
+    if not factors:
+        return ""
+    text = " * ".join(f.text for f in factors if not f.divides) or "1.0"
+    return text + "".join(f" / {f.text}" for f in factors if f.divides)
+
+
+def _sum(terms: list) -> _Term:
+    """Terms added up, as one term (several: one factor, their sum in parentheses)."""
+    if len(terms) == 1:
+        return terms[0]
+    return _Term.of("(" + " + ".join(t.text() for t in terms) + ")", _broadcast(t.shape for t in terms))
 
 
 class _Backward:
@@ -231,6 +333,7 @@ class _Backward:
         self.saved_values = {found[o]: o for o in self.saved}
         self.exp_seeds: dict[str, list[str]] = {}  # an exp's value -> adjoints of its argument (softmax)
         self.saved_exprs: dict[str, str] = {}  # a saved value's expression, as printed -> what reads it
+        self.reduced: dict[str, str] = {}  # a forward reduction, as printed -> its name (recompute)
         for value in self.saved_values:
             stage = self.producer[value]
             if stage.reduce:
@@ -243,9 +346,9 @@ class _Backward:
                 self.saved_exprs[text(inner)] = f"{instrs[inner].type.name}({self.names[value]})"
         self.body = ""
 
-    def saved_in(self, stage: Stage) -> dict[int, str]:
+    def saved_in(self, stage: Stage) -> dict[int, tuple[str, str]]:
         """The instructions of `stage` that compute a saved value (or, under a float
-        cast, its wider form), as what reads the saved value instead."""
+        cast, its wider form), as what reads the saved value instead, and the value."""
         found = {}
         if stage.reduce:  # a reduction's body result is its operand; the reduced value is loaded by name
             return found
@@ -253,9 +356,9 @@ class _Backward:
         for out, r in zip(stage.outputs, stage.body.results):
             if out in self.saved_values:
                 name = self.names[out]
-                found[r] = name
+                found[r] = (name, out)
                 if instrs[r].op == "cast" and instrs[r].type.is_float and instrs[instrs[r].args[0]].type.is_float:
-                    found[instrs[r].args[0]] = f"{instrs[instrs[r].args[0]].type.name}({name})"
+                    found[instrs[r].args[0]] = (f"{instrs[instrs[r].args[0]].type.name}({name})", out)
         return found
 
     def error(self, loc: Loc, message: str):
@@ -283,11 +386,11 @@ class _Backward:
             self.no_float_output(p)
         grads_out = {o.name: self.fresh(f"grad_{o.name}") for o in outputs}
         grads_in = {s.name: self.fresh(f"grad_{s.name}") for s in inputs}
-        contributions: dict[str, list[str]] = {}
+        contributions: dict[str, list[_Term]] = {}
         for value in graph.results:
             buffer = graph.value(value).buffer
             if buffer in grads_out:
-                contributions.setdefault(value, []).append(grads_out[buffer])
+                contributions.setdefault(value, []).append(_Term.of(grads_out[buffer], self.shape_of(value)))
         forward = [line for stage in graph.stages for line in self.recompute(stage)]
         backward: list[str] = []
         for stage in reversed(graph.stages):
@@ -296,14 +399,15 @@ class _Backward:
         for s in inputs:
             found = contributions.get(s.name)
             # No path from the outputs: a zero of x's shape.
-            returned.append(f"{grads_in[s.name]} = {' + '.join(found) if found else f'where(isnan({s.name}), 0.0, 0.0)'};")
+            total = " + ".join(t.text() for t in found) if found else f"where(isnan({s.name}), 0.0, 0.0)"
+            returned.append(f"{grads_in[s.name]} = {total};")
         slot = {o.name: o for o in outputs}
         params = [_declare(s.name, s) for s in p.params] + [_declare(self.saved[o], slot[o]) for o in self.saved] \
             + [_declare(grads_out[o.name], o) for o in outputs]
         results = [_declare(grads_in[s.name], s) for s in inputs]
         if not results:
             self.error(p.loc, f"pipeline '{p.name}' has no float array parameter to differentiate")
-        body = self.body = "\n".join(f"    {line}" for line in _live(forward, backward + returned))
+        body = self.body = "\n".join(f"    {line}" for line in _live(forward + backward, returned))
         saved = f"# It takes the forward's {', '.join(self.saved)}, saved, rather than recomputing " \
                 f"{'them' if len(self.saved) > 1 else 'it'}.\n" if self.saved else ""
         return (f"# The backward of pipeline {p.name}, derived by fusec (fusec compile --grad).\n{saved}"
@@ -340,6 +444,9 @@ class _Backward:
         """The forward statement, over SSA names."""
         body = stage.body
         text = _Printer(self, stage)
+        if stage.reduce and not stage.column:
+            operands = ", ".join(text(r) for r in body.results)
+            self.reduced[f"row_{stage.reduce}({operands})"] = self.names[stage.outputs[0]]
         if any(out in self.saved_values for out in stage.outputs) and stage.reduce:
             return []  # a saved reduction (columns are never saved)
         if stage.reduce == "col_partial":  # written with the col_sum over its chunks, which follows
@@ -355,15 +462,15 @@ class _Backward:
                 if out not in self.saved_values]
 
     # ---- the chain rule through one statement
-    def adjoints(self, stage: Stage, contributions: dict[str, list[str]]) -> list[str]:
+    def adjoints(self, stage: Stage, contributions: dict[str, list[_Term]]) -> list[str]:
         lines = []
-        seeds = {}
+        seeds = []
         for out, r in zip(stage.outputs, stage.body.results):
             found = contributions.pop(out, None)
             if found and self.graph.value(out).type.is_float:
                 name = self.fresh(f"d_{self.names[out]}")
-                lines.append(f"{name} = {' + '.join(found)};")
-                seeds[r] = name
+                lines.append(f"{name} = {' + '.join(t.text() for t in found)};")
+                seeds.append((out, r, _Term.of(name, _broadcast(t.shape for t in found))))
         # Softmax's adjoint reaching an exp's argument past the exp (softmax_rule).
         exp_seeds = {r: self.exp_seeds.pop(out) for out, r in zip(stage.outputs, stage.body.results)
                      if out in self.exp_seeds}
@@ -371,78 +478,186 @@ class _Backward:
             return lines
         text = _Printer(self, stage)
         instrs = stage.body.instrs
-        adj: dict[int, list[str]] = {}
+        shapes = self.shapes(stage)
+        adj: dict[int, list[_Term]] = {}
         for r, found in exp_seeds.items():
             arg = instrs[instrs[r].args[0]]
             if arg.op == "sub" and self.constant_along_row(stage, instrs[arg.args[1]]):
                 target = arg.args[0]  # softmax(t - m) for a per-row m is softmax(t): no gradient reaches m
             else:
                 target = instrs[r].args[0]
-            adj.setdefault(target, []).extend(found)
+            adj.setdefault(target, []).extend(self.fit(t, shapes[r], shapes[target], stage, target) for t in found)
         if stage.reduce:
-            (seed,) = seeds.values()
-            x = text(stage.body.results[0])
-            index = text(stage.body.results[1]) if stage.reduce == "pick" else None
-            adj[stage.body.results[0]] = [self.reduction_adjoint(stage, seed, x, index)]
+            ((_, _, seed),) = seeds
+            operand = stage.body.results[0]
+            term = self.reduction_adjoint(stage, seed, text, shapes)
+            if term is not None:
+                adj[operand] = [term]
         else:
-            for r, name in seeds.items():
-                adj.setdefault(r, []).append(name)
+            for out, r, seed in seeds:  # the stored value's adjoint, summed where the instruction is narrower
+                adj.setdefault(r, []).append(self.fit(seed, self.shape_of(out), shapes[r], stage, r))
         for i in range(len(instrs) - 1, -1, -1):
             if i not in adj:
                 continue
-            a = adj[i][0] if len(adj[i]) == 1 else "(" + " + ".join(adj[i]) + ")"
+            a = _sum(adj[i])
             ins = instrs[i]
             if ins.op == "load":
-                self.arrive(stage, ins.attr, a, contributions, ins.loc)
+                self.arrive(ins.attr, a, contributions)
                 continue
             exp_value = self.softmax_rule(stage, ins)
             if exp_value is not None:
-                y = text(i)
+                y, d = text(i), a.text()
                 name = self.fresh(f"d_{self.names[exp_value]}_arg")
-                lines.append(f"{name} = {y} * ({a} - row_sum({a} * {y}));")
-                self.exp_seeds.setdefault(exp_value, []).append(name)
+                lines.append(f"{name} = {y} * ({d} - row_sum({d} * {y}));")
+                self.exp_seeds.setdefault(exp_value, []).append(_Term.of(name, shapes[i]))
                 continue
-            args = [text(j) for j in ins.args]
-            terms = self.rule(ins, args, text(i), a, instrs)
-            if len(a) > SHARED_ADJOINT and not a.isidentifier() and \
-                    sum(term.count(a) for arg, term in terms if self.carries(instrs[arg])) > 1:
-                name = self.fresh(f"d_{self.names[stage.outputs[0]]}_{ins.op}{i}")
-                lines.append(f"{name} = {a};")
-                terms = self.rule(ins, args, text(i), name, instrs)
+            terms = [(arg, t) for arg, t in self.rule(ins, i, text, a, shapes) if self.carries(instrs[arg], shapes[arg])]
+            if len(terms) > 1 and len(a.text()) > SHARED_ADJOINT:
+                a, named = self.shared(stage, i, a)
+                lines += named
+                terms = [(arg, t) for arg, t in self.rule(ins, i, text, a, shapes)
+                         if self.carries(instrs[arg], shapes[arg])]
             for arg, term in terms:
-                adj.setdefault(arg, []).append(term)
+                adj.setdefault(arg, []).append(self.fit(term, shapes[i], shapes[arg], stage, arg))
         return lines
 
-    def carries(self, ins) -> bool:
-        """Whether an adjoint reaching instruction `ins` may go further (not into a constant, a
-        scalar parameter or an integer)."""
-        if ins.op == "const" or not ins.type.is_float:
-            return False
-        return ins.op != "load" or self.graph.value(ins.attr).shape is not None
+    def shapes(self, stage: Stage) -> list[tuple]:
+        """The shape of each instruction's value as the backward prints it (a saved value's where
+        it is read instead): the dims it varies along, canonical (`same_dim`)."""
+        saved = self.saved_in(stage)
+        found: list[tuple] = []
+        for i, ins in enumerate(stage.body.instrs):
+            if i in saved:
+                found.append(self.shape_of(saved[i][1]))
+            elif ins.op == "load":
+                found.append(self.shape_of(ins.attr))
+            elif ins.op == "const":
+                found.append(())
+            else:
+                found.append(_broadcast(found[j] for j in ins.args))
+        return found
 
-    def arrive(self, stage: Stage, value: str, a: str, contributions: dict[str, list[str]], loc: Loc) -> None:
-        """An adjoint reaching a value the statement loads, summed over what it was broadcast along."""
+    def shape_of(self, value: str) -> tuple:
+        shape = self.graph.value(value).shape
+        return tuple(map(self.same_dim, shape)) if shape else ()
+
+    def carries(self, ins, shape: tuple) -> bool:
+        """Whether an adjoint reaching instruction `ins` may go further (not into a constant, an
+        integer or a value of scalars alone)."""
+        return ins.op != "const" and ins.type.is_float and shape != ()
+
+    def shared(self, stage: Stage, i: int, a: _Term) -> tuple[_Term, list[str]]:
+        """A long adjoint that several terms read, named by a statement of its own: the factors
+        that vary along the row by one, those constant along it by another (so that a later sum
+        over the row can still leave them outside)."""
+        base = f"d_{self.names[stage.outputs[0]]}_{stage.body.instrs[i].op}{i}"
+        wide = _along_row(a.shape)
+        groups = [[f for f in a.factors if wide and _along_row(f.shape)],
+                  [f for f in a.factors if not (wide and _along_row(f.shape))]]
+        both = all(groups)
+        lines, factors = [], []
+        for group, suffix in zip(groups, ("", "_row")):
+            if len(group) == 1 and not group[0].divides and (group[0].text.isidentifier()
+                                                              or _LITERAL.fullmatch(group[0].text)):
+                factors.append(group[0])
+            elif group:
+                name = self.fresh(base + (suffix if both else ""))
+                lines.append(f"{name} = {_Term(tuple(group)).text()};")
+                factors.append(_Factor(name, _Term(tuple(group)).shape))
+        return _Term(tuple(factors), a.negated), lines
+
+    def fit(self, term: _Term, domain: tuple, target: tuple, stage: Stage, arg: int) -> _Term:
+        """An adjoint over `domain` reaching an operand of shape `target`, summed over the dims the
+        operand is broadcast along: its last dim where that is 1 (`row_sum`), then the leading dims
+        it lacks and its first dim where that is 1 (`col_sum`). The factors constant along a dim
+        stay outside its sum; where none varies, the sum is the product times the dim's length."""
+        if target == domain:
+            return term
+        lead = len(domain) - len(target)
+        aligned = domain[lead:]
+        ones = {k for k, (d, e) in enumerate(zip(target, aligned)) if d == 1 and e != 1}
+        if lead < 0 or any(d != e for k, (d, e) in enumerate(zip(target, aligned)) if k not in ones) \
+                or not ones <= {0, len(target) - 1}:
+            self.broadcast_error(stage, arg)
+        if len(target) - 1 in ones:
+            term = self.summed(term, domain, stage, -1)
+            domain = domain[:-1] + (1,)
+        for _ in range(lead + (0 in ones and len(target) > 1)):
+            term = self.summed(term, domain, stage, 0)
+            domain = domain[1:]
+        return term
+
+    def summed(self, term: _Term, domain: tuple, stage: Stage, dim: int) -> _Term:
+        """`term` (over `domain`) summed over its last dim (dim -1: row_sum, a trailing 1 left) or
+        its first (dim 0: col_sum, the dim gone)."""
+        def varies(shape):
+            return _along_row(shape) if dim == -1 else len(shape) == len(domain) and shape[0] != 1
+
+        inside = [f for f in term.factors if varies(f.shape)]
+        outside = [f for f in term.factors if not varies(f.shape)]
+        if dim == -1 and inside and _broadcast([_broadcast(f.shape for f in inside), (1,) * len(domain)]) != domain:
+            # over the statement's rows, [*rows, length] (a row kernel it fuses with), not a narrower row space
+            inside, outside = list(term.factors), []
+        if inside:
+            operand = _Term(tuple(inside))
+            shape = operand.shape
+            total = _Factor(f"row_sum({operand.text()})" if dim == -1 else f"col_sum({operand.text()})",
+                            shape[:-1] + (1,) if dim == -1 else shape[1:])
+        else:  # constant along the dim: the product times its length
+            witness, shape = self.witness(stage, domain, rows=dim == 0)
+            total = _Factor(f"row_length({witness})", shape[:-1] + (1,)) if dim == -1 else \
+                _Factor(f"col_sum(where(isnan({witness}), 1.0, 1.0))", shape[1:])
+        return _Term((total, *outside), term.negated)
+
+    def witness(self, stage: Stage, domain: tuple, rows: bool = False) -> tuple[str, tuple]:
+        """A float array of the shape `domain` the statement reads (a parameter first, then any value,
+        then any computed instruction), to count the elements of its rows by: its name (or
+        expression) and its shape. rows: to count its rows (dim 0), any of its leading dim
+        (the one of fewest elements first: a per-row value over a whole array)."""
+        instrs, shapes = stage.body.instrs, self.shapes(stage)
+        text = _Printer(self, stage)
+        params = {s.name for s in self.pipeline.params}
+
+        def fits(shape):
+            return shape == domain if not rows else len(shape) == len(domain) and shape[0] == domain[0]
+        found = [i for i, ins in enumerate(instrs) if fits(shapes[i]) and ins.type.is_float and ins.op != "const"]
+        best = sorted(found, key=lambda i: (-sum(d == 1 for d in shapes[i]), instrs[i].op != "load",
+                                            instrs[i].op != "load" or instrs[i].attr not in params, i))
+        if not best:
+            raise AssertionError(f"no value of shape {domain} in statement {stage.name}")
+        return text(best[0]), shapes[best[0]]
+
+    def broadcast_error(self, stage: Stage, arg: int):
+        """The located error of a gradient summed over a dim fusec cannot reduce: at the value
+        read through that broadcast."""
+        instrs = stage.body.instrs
+        space = tuple(map(self.same_dim, stage.shape))
+        todo, seen = [arg], set()
+        while todo:
+            i = todo.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            todo += instrs[i].args
+            v = self.graph.value(instrs[i].attr) if instrs[i].op == "load" else None
+            if v is None or v.shape is None or not v.type.is_float:
+                continue
+            shape = tuple(map(self.same_dim, v.shape))
+            lead = len(space) - len(shape)
+            ones = {j for j, (d, e) in enumerate(zip(shape, space[lead:])) if d == 1 and e != 1}
+            if not ones <= {0, len(shape) - 1}:
+                self.error(instrs[i].loc, f"the gradient of '{v.buffer}' ({fmt_shape(shape)}, read over "
+                                          f"{fmt_shape(stage.shape)}) is a sum over the dims it is broadcast along, "
+                                          "which fusec cannot reduce yet (only leading dims, and a first or last "
+                                          "dim of 1)")
+        self.error(instrs[arg].loc, "the gradient here is a sum over dims it is broadcast along that fusec cannot "
+                                    "reduce yet (only leading dims, and a first or last dim of 1)")
+
+    def arrive(self, value: str, a: _Term, contributions: dict[str, list[_Term]]) -> None:
+        """An adjoint reaching a value the statement loads (summed to its shape already)."""
         v = self.graph.value(value)
         if v.shape is None or not v.type.is_float:
             return  # scalars and integers have no gradient here
-        # Dims the call must give equal sizes (a traced function's x_0 and y_0) are one dim here.
-        space, shape = tuple(map(self.same_dim, stage.shape)), tuple(map(self.same_dim, v.shape))
-        # Summed over the dims it is broadcast along: the leading dims it lacks and its first
-        # dim where that is 1 by col_sum, its last dim where that is 1 by row_sum.
-        lead = len(space) - len(shape)
-        space = space[lead:]
-        ones = {j for j, (d, e) in enumerate(zip(shape, space)) if d == 1 and e != 1}
-        if any(d != e for j, (d, e) in enumerate(zip(shape, space)) if j not in ones) \
-                or not ones <= {0, len(shape) - 1}:
-            self.error(loc, f"the gradient of '{v.buffer}' ({fmt_shape(shape)}, read over {fmt_shape(stage.shape)}) "
-                            "is a sum over the dims it is broadcast along, which fusec cannot reduce yet (only "
-                            "leading dims, and a first or last dim of 1)")
-        for _ in range(lead):
-            a = f"col_sum({a})"
-        if len(shape) - 1 in ones:
-            a = f"row_sum({a})"
-        if 0 in ones and len(shape) > 1:
-            a = f"col_sum({a})"
         contributions.setdefault(value, []).append(a)
 
     def softmax_rule(self, stage: Stage, ins) -> str | None:
@@ -475,75 +690,89 @@ class _Backward:
         shape = self.graph.value(ins.attr).shape
         return not shape or (shape[-1] == 1 and self.same_dim(stage.shape[-1]) != 1)
 
-    def reduction_adjoint(self, stage: Stage, d: str, x: str, index: str | None = None) -> str:
+    def reduction_adjoint(self, stage: Stage, d: _Term, text: "_Printer", shapes: list[tuple]) -> _Term | None:
+        """The adjoint of a reduction's operand from `d`, that of its result ([*rows, 1], or [cols]
+        for a column sum): kept as narrow as it is (it broadcasts over the row, and a later sum
+        over the row counts it once an element), with the row's length from `row_length`."""
         op, result = stage.reduce, self.names[stage.outputs[0]]
-        length = f"row_sum(where(isnan({x}), 1.0, 1.0))"
-        # The reduced value's adjoint over the operand's shape: where it were left narrow ([*rows, 1]
-        # or [cols]), a later sum of it over the row or the columns (a value read through a
-        # broadcast) would count it once, not once an element. A parameter reduced as it is takes
-        # it narrow (its gradient, an output, is broadcast as it is stored), so that its backward
-        # need not read it.
-        spread = d if self.parameter_as_it_is(stage) else f"where(isnan({x}), {d}, {d})"
-        if op == "col_sum":  # over the chunks' partial sums (never printed): col_partial's spreads it
+        operand = stage.body.results[0]
+        x, shape = text(operand), shapes[operand]
+        if op in ("sum", "col_partial", "col_sum"):  # each element's adjoint is the sum's
             return d
-        if op in ("sum", "col_partial"):  # each element's adjoint is the sum's
-            return spread
-        if op == "mean":
-            return f"{spread} / {length}"
-        if op == "var":
-            return f"{d} * 2.0 * ({x} - row_mean({x})) / {length}"
+        if op == "length":  # the row's length: no gradient
+            return None
+        if op == "pick":  # to the element picked alone (none where the index is outside the row)
+            index = text(stage.body.results[1])
+            return _Term.of(f"where(row_position({x}) == {index}, {d.text()}, 0.0)", _broadcast([shape, d.shape]))
+        if op == "logsumexp":  # exp(y) where y = x - logsumexp(x) is saved
+            return d.times(f"exp({self.saved_exprs.get(f'({x} - {result})', f'{x} - {result}')})", shape)
         if op in ("max", "min"):  # shared among the elements equal to it, as torch.amax does
             hit = f"where({x} == {result}, 1.0, 0.0)"
-            return f"{d} * {hit} / row_sum({hit})"
-        if op == "pick":  # to the element picked alone (none where the index is outside the row)
-            return f"where(row_position({x}) == {index}, {d}, 0.0)"
-        if op == "logsumexp":  # exp(y) where y = x - logsumexp(x) is saved
-            return f"{d} * exp({self.saved_exprs.get(f'({x} - {result})', f'{x} - {result}')})"
+            return d.times(f"row_sum({hit})", shape[:-1] + (1,), divides=True).times(hit, shape)
+        if op in ("mean", "var"):
+            if shape and shape[-1] != 1:  # divided by the row's length (1: nothing to divide)
+                witness, _ = self.witness(stage, shape)
+                d = d.times(f"row_length({witness})", shape[:-1] + (1,), divides=True)
+            if op == "mean":
+                return d
+            mean = self.reduced.get(f"row_mean({x})", f"row_mean({x})")  # the forward's, where it has it
+            return d.times("2.0", ()).times(f"({x} - {mean})", shape)
         self.error(stage.loc, f"row_{op}() is not differentiable yet")
 
-    def parameter_as_it_is(self, stage: Stage) -> bool:
-        """A reduction's operand is a parameter of the reduction's own shape, loaded as it is."""
-        operand = stage.body.instrs[stage.body.results[0]]
-        if operand.op != "load" or operand.attr not in {s.name for s in self.pipeline.params}:
-            return False
-        shape = self.graph.value(operand.attr).shape or ()
-        return tuple(map(self.same_dim, shape)) == tuple(map(self.same_dim, stage.shape))
-
-    def rule(self, ins, args: list[str], r: str, a: str, instrs) -> list[tuple[int, str]]:
+    def rule(self, ins, i: int, text: "_Printer", a: _Term, shapes: list[tuple]) -> list[tuple[int, _Term]]:
         """(argument, adjoint term) for each argument a gradient flows to."""
         op, ids = ins.op, ins.args
-        if op in _ZERO or (op == "cast" and not (ins.type.is_float and instrs[ids[0]].type.is_float)):
+        if op in _ZERO or (op == "cast" and not (ins.type.is_float and text.instrs[ids[0]].type.is_float)):
             return []
-        x = args[0] if args else ""
-        y = args[1] if len(args) > 1 else ""
+        args = [text(j) for j in ids]
+        arg_shapes = [shapes[j] for j in ids]
+        x, sx = (args[0], arg_shapes[0]) if args else ("", ())
+        y, sy = (args[1], arg_shapes[1]) if len(args) > 1 else ("", ())
+        r, sr = text(i), shapes[i]
         if op in _UNARY:
-            return [(ids[0], _UNARY[op].format(a=a, x=x, r=r))]
+            negated, factors = _UNARY[op]
+            term = a.negate() if negated else a
+            for template, divides in factors:
+                shape = _broadcast(([sx] if "{x}" in template else []) + ([sr] if "{r}" in template else []))
+                term = term.times(template.format(x=x, r=r), shape, divides)
+            return [(ids[0], term)]
+        both = _broadcast([sx, sy])
         if op == "add":
             return [(ids[0], a), (ids[1], a)]
         if op == "sub":
-            return [(ids[0], a), (ids[1], f"-({a})")]
-        if op == "mul":
-            return [(ids[0], f"{a} * {y}"), (ids[1], f"{a} * {x}")]
+            return [(ids[0], a), (ids[1], a.negate())]
+        if op == "mul":  # x * x: one term, 2 * a * x
+            if ids[0] == ids[1]:
+                return [(ids[0], a.times("2.0", ()).times(x, sx))]
+            return [(ids[0], a.times(y, sy)), (ids[1], a.times(x, sx))]
         if op == "div":
-            return [(ids[0], f"{a} / {y}"), (ids[1], f"-({a}) * {r} / {y}")]
+            return [(ids[0], a.times(y, sy, divides=True)), (ids[1], a.negate().times(r, sr).times(y, sy, divides=True))]
         if op == "mod":
-            return [(ids[0], a), (ids[1], f"-({a}) * trunc({x} / {y})")]
+            return [(ids[0], a), (ids[1], a.negate().times(f"trunc({x} / {y})", both))]
         if op == "pow":
-            return [(ids[0], f"{a} * {y} * pow({x}, {y} - 1.0)"), (ids[1], f"{a} * {r} * log({x})")]
+            return [(ids[0], a.times(y, sy).times(f"pow({x}, {y} - 1.0)", both)),
+                    (ids[1], a.times(r, sr).times(f"log({x})", sx))]
         if op == "atan2":  # atan2(y, x)
-            return [(ids[0], f"{a} * {y} / ({x} * {x} + {y} * {y})"),
-                    (ids[1], f"-({a}) * {x} / ({x} * {x} + {y} * {y})")]
+            norm = f"({x} * {x} + {y} * {y})"
+            return [(ids[0], a.times(y, sy).times(norm, both, divides=True)),
+                    (ids[1], a.negate().times(x, sx).times(norm, both, divides=True))]
         if op == "fma":
-            return [(ids[0], f"{a} * {y}"), (ids[1], f"{a} * {x}"), (ids[2], a)]
+            return [(ids[0], a.times(y, sy)), (ids[1], a.times(x, sx)), (ids[2], a)]
+        d = a.text()
         if op in ("min", "max"):  # to the operand returned (the first on a tie; the other of a NaN)
             first = f"({x} {'<=' if op == 'min' else '>='} {y} || isnan({y}))"
-            return [(ids[0], f"where({first}, {a}, 0.0)"), (ids[1], f"where({first}, 0.0, {a})")]
+            shape = _broadcast([both, a.shape])
+            return [(ids[0], _Term.of(f"where({first}, {d}, 0.0)", shape)),
+                    (ids[1], _Term.of(f"where({first}, 0.0, {d})", shape))]
         if op == "clamp":
             lo, hi = args[1], args[2]
-            return [(ids[0], f"where({x} >= {lo} && {x} <= {hi}, {a}, 0.0)"),
-                    (ids[1], f"where({x} < {lo}, {a}, 0.0)"), (ids[2], f"where({x} > {hi} && {x} >= {lo}, {a}, 0.0)")]
+            shape = _broadcast(arg_shapes + [a.shape])
+            return [(ids[0], _Term.of(f"where({x} >= {lo} && {x} <= {hi}, {d}, 0.0)", shape)),
+                    (ids[1], _Term.of(f"where({x} < {lo}, {d}, 0.0)", shape)),
+                    (ids[2], _Term.of(f"where({x} > {hi} && {x} >= {lo}, {d}, 0.0)", shape))]
         if op == "select":
-            return [(ids[1], f"where({x}, {a}, 0.0)"), (ids[2], f"where({x}, 0.0, {a})")]
+            shape = _broadcast([sx, a.shape])
+            return [(ids[1], _Term.of(f"where({x}, {d}, 0.0)", shape)), (ids[2], _Term.of(f"where({x}, 0.0, {d})", shape))]
         self.error(ins.loc, f"fusec cannot differentiate '{op}' yet")
 
 
@@ -552,7 +781,8 @@ class _Printer:
 
     def __init__(self, backward: _Backward, stage: Stage, substitute: bool = True):
         self.backward, self.instrs = backward, stage.body.instrs
-        self.done: dict[int, str] = dict(backward.saved_in(stage)) if substitute else {}  # saved: read
+        self.done: dict[int, str] = {i: text for i, (text, _) in backward.saved_in(stage).items()} \
+            if substitute else {}  # saved: read
 
     def __call__(self, i: int) -> str:
         if i not in self.done:
@@ -595,8 +825,8 @@ def _literal(value, t) -> str:
 
 
 def _live(forward: list[str], rest: list[str]) -> list[str]:
-    """The forward statements something after them reads (a value the backward takes saved, or
-    needs none of, is not recomputed), then `rest`."""
+    """The statements something after them reads (a forward value the backward takes saved, or
+    needs none of, is not recomputed; an adjoint that reaches no gradient is dropped), then `rest`."""
     kept, read = [], " ".join(rest)
     for line in reversed(forward):
         name, _, expression = line.partition(" = ")

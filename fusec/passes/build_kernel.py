@@ -95,6 +95,8 @@ def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> in
     if op in ("sum", "max", "min", "pick"):
         return emit(f"row_{op}", *operands)
     length = emit("row_length")
+    if op == "length":  # row_length(x): x is not computed
+        return length
     if op == "mean":
         return emit("div", emit("row_sum", x), length)
     if op == "var":
