@@ -221,12 +221,13 @@ def check(entry: str) -> int:
                 replayed, result = launched(lambda: f(x, s, b))
             if hold:
                 held.append(result)
-            calls, seen = dict(runner._calls), set(runner._seen)
-            runner._calls.clear()
-            runner._seen.clear()
-            checked, _ = launched(lambda: f(x, s, b))
+            calls, seen, last = dict(runner._calls), set(runner._seen), (runner._last_plain[0], runner._last_out[0])
+            runner.forget()
+            checked, _ = launched(lambda: f(x, s, b))  # nothing recorded: the checked path's launch
+            runner.forget()
             runner._calls.update(calls)
             runner._seen.update(seen)
+            runner._last_plain[0], runner._last_out[0] = last
             ok = replayed == checked and replayed[4] == handle and "y" in replayed[-1]
             failures += not ok
             print(f"{'ok' if ok else 'FAILED'}: fuse={fuse} stream {handle} s={s} b={b}: {replayed}"
@@ -252,8 +253,11 @@ def main():
         del held[0]
 
     def new_signature():
-        runner._seen.clear()
-        runner._calls.clear()
+        if hasattr(runner, "forget"):
+            runner.forget()
+        else:  # fusec before Executor.forget
+            runner._seen.clear()
+            runner._calls.clear()
         f(x, 1.5, -0.25)
     inputs = itertools.cycle([ndarray(4096) for _ in range(512)])  # more than the keys a runner keeps
     calls = {"replay": lambda: f(x, 1.5, -0.25), "held": held_output, "out": lambda: f(x, 1.5, -0.25, out=y),

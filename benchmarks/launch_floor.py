@@ -156,7 +156,7 @@ def main():
             lambda: g(next(inputs), 1.5, -0.25))
     g_runner = g._runner
     row("checked", "fusec f(x, s, b), a signature never seen (checked in full, each call)",
-        lambda: (g_runner._seen.clear(), g_runner._calls.clear(), g(x, 1.5, -0.25)), iters=5000)
+        lambda: (g_runner.forget(), g(x, 1.5, -0.25)), iters=5000)
     if "--profile" in sys.argv:
         import cProfile
         import pstats

@@ -132,14 +132,14 @@ def gpu(monkeypatch, request):
 def checked_launch(f, standin, *args, **kwargs):
     """The launch the checked path makes of this call (nothing recorded or replayed)."""
     runner = f._runner
-    calls, seen = dict(runner._calls), set(runner._seen)
-    runner._calls.clear()
-    runner._seen.clear()
+    calls, seen, last = dict(runner._calls), set(runner._seen), (runner._last_plain[0], runner._last_out[0])
+    runner.forget()
     before = len(standin.launches)
     result = f(*args, **kwargs)
+    runner.forget()
     runner._calls.update(calls)
-    runner._seen.clear()
     runner._seen.update(seen)
+    runner._last_plain[0], runner._last_out[0] = last
     (launch,) = standin.launches[before:]
     return launch, result
 
@@ -311,8 +311,8 @@ def test_an_output_referenced_or_changed_is_not_reused(gpu, holder):
         keep = y.data.mem
     elif holder == "shape":  # each checked on its own (CuPy's shape setter changes both)
         y.shape = (64, 64)
-    elif holder == "strides":
-        y.strides = (8,)
+    elif holder == "strides":  # as CuPy's _set_shape_and_strides leaves it
+        y.strides, y._c_contiguous = (8,), False
     elif holder == "stream":
         gpu.stream = types.SimpleNamespace(ptr=77)
     elif holder == "allocator":
@@ -407,3 +407,30 @@ def test_a_new_array_of_a_recorded_shape_is_replayed_at_its_address(gpu):
         assert with_output(launch, y) == expected
     assert expected[0] != gpu.launches[0][0]  # another variant than the recorded one
     assert len(f._runner._calls) == 1
+
+
+def test_a_non_contiguous_array_of_a_recorded_shape_is_refused(gpu):
+    f, x = recorded(gpu)
+    strided = gpu.ndarray(4096)
+    strided.strides = strided._strides = (8,)
+    strided._c_contiguous, strided.flags.c_contiguous = False, False
+    for _ in range(3):
+        with pytest.raises(ArgumentError, match="contiguous"):
+            f(strided, 1.0, 0.0)
+
+
+def test_a_launch_whose_buffer_another_call_holds_takes_one_of_its_own(gpu):
+    """Each written-out launch takes an argument buffer (and configuration) from its list and
+    gives it back: a call that finds the list empty (another thread launching it) makes one
+    more, and leaves the other's alone."""
+    f, x = recorded(gpu)
+    names = next(iter(f._runner._calls.values())).run.__globals__
+    held = names["l0_free"].pop()  # as another thread would hold it
+    before = held.arguments.layout.unpack_from(held.buffer)
+    launch, y = replayed_launch(f, gpu, x, 2.0, 1.0)
+    assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, 2.0, 1.0))
+    assert held.arguments.layout.unpack_from(held.buffer) == before and len(names["l0_free"]) == 1
+    names["l0_free"].append(held)
+    for s in (3.0, 4.0):  # both taken in turn, each packed with its own call's arguments
+        launch, y = replayed_launch(f, gpu, x, s, 1.0)
+        assert launch[-1][2] == s

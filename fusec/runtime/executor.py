@@ -139,6 +139,8 @@ class Executor:
         # A plain call's key holds no addresses where no parameter is written (no aliasing to
         # check): its recorded call takes the arrays' addresses each call (`_RecordedCall.free`).
         self._free = not self.binder.written
+        # (key, run) of the plain call, and of the call with out=, recorded last (`forget`)
+        self._last_plain, self._last_out = [(None, None)], [(None, None)]
         self._generate_calls()
 
     def _generate_calls(self) -> None:
@@ -196,10 +198,17 @@ class Executor:
         self._launch_all(values, sizes, call.stream, launched)
         if record:
             if len(self._calls) >= 256:
-                self._calls.clear()
-            self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind, call.outputs is not None,
-                                             self._free and call.outputs is None)
+                self.forget()
+            recorded = self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind,
+                                                        call.outputs is not None, self._free and call.outputs is None)
+            (self._last_plain if call.outputs is None else self._last_out)[0] = (key, recorded.run)
         return self._result(values)
+
+    def forget(self) -> None:
+        """Every recorded call and every key seen dropped: later calls are checked in full."""
+        self._calls.clear()
+        self._seen.clear()
+        self._last_plain[0] = self._last_out[0] = (None, None)
 
     def _call_key(self, args: tuple, scalars: bool = False) -> tuple | None:
         """A call's key, read before any check (None: not a plain positional
@@ -232,7 +241,8 @@ class Executor:
         new, an array is not on this backend's device, or a new output missed the
         alignment the launches assume): `call_missed` takes it from there. With `outs`,
         replay_out(args, out): the same for a call with out= (None: a plain call)."""
-        names: dict[str, object] = {"get": self._calls.get, "MISS": MISS, "Missed": Missed}
+        names: dict[str, object] = {"get": self._calls.get, "MISS": MISS, "Missed": Missed,
+                                    "LAST": self._last_out if outs else self._last_plain}
         free = self._free and not outs
         lines, key = self._key_lines(False, True, "MISS", names, outs, not free)
         get_device = getattr(self.backend, "get_device", None)
@@ -242,11 +252,15 @@ class Executor:
         if outs:
             names["replay"] = self.replay
             lines = ["    if out is None:", "        return replay(args)", *lines]
-        lines += [f"    key = {key}", "    try:", "        call = get(key)",
+        arguments = f"args, {'out' if outs else 'None'}" + \
+            ("".join(f", q{i}" for i in self.binder.array_positions) if free else "")
+        lines += [f"    key = {key}", "    last = LAST[0]",
+                  "    if key == last[0]:  # the call recorded last: compared, where a look-up hashes the key",
+                  f"        return last[1]({arguments})",
+                  "    try:", "        call = get(key)",
                   "    except TypeError:  # an unhashable repeat count", "        return MISS",
                   "    if call is None:", "        return Missed(key)",
-                  f"    return call.run(args, {'out' if outs else 'None'}"
-                  f"{''.join(f', q{i}' for i in self.binder.array_positions) if free else ''})"]
+                  f"    return call.run({arguments})"]
         name = "replay_out" if outs else "replay"
         return _compile([f"def {name}(args{', out' if outs else ''}):", *lines], names, f"fusec {name}")[name]
 
@@ -539,7 +553,7 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     the launches written out, the new arrays small, the GIL on): the call keeps the sets of arrays it allocated (outputs and temporaries, up to two sets, a
     set taken by one call at a time) and takes one again, instead of allocating, where
     nothing but the set references any of its arrays, their memory pointers or memory (no
-    weak reference either), each still has the shape and strides it was allocated with,
+    weak reference either), each still has the shape and layout it was allocated with,
     and the call runs on the stream and with the allocator the set was allocated on and
     with: what the memory pool would hand out again (its memory, freed on that stream),
     with no allocation and no new array."""
@@ -588,8 +602,7 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
         unused, item = [], 2
         for k, (shape, dtype) in allocations:
             names[f"shape{k}"] = shape
-            names[f"strides{k}"] = _contiguous_strides(shape, dtype.itemsize)
-            unused.append(kind.unused(f"v{k}", f"d{k}", f"shape{k}", f"strides{k}", names))
+            unused.append(kind.unused(f"v{k}", f"d{k}", f"shape{k}", names))
 
         def take_one(indent: str) -> list[str]:  # take the oldest set kept; reuse it, or keep it again
             taken = [f"{indent}    v{k} = spare[{item + j}]\n{indent}    d{k} = v{k}.data"
@@ -620,14 +633,6 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
         "(" + "".join(f"v{k}, " for k in range(n_outputs)) + ")"
     lines.append(f"    return {result}")
     return _compile(lines, names, "fusec recorded call")["run"], "\n".join(lines) + "\n"
-
-
-def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _compile(lines: list[str], names: dict, what: str) -> dict:

@@ -284,6 +284,7 @@ class CudaBackend:
         self._source, self._fast_math, self._report = cuda_source, interface.fast_math, None
         self.functions = {}  # variant -> (function, block, argument buffer)
         self._clusters: dict[str, int] = {}  # variant -> blocks a thread-block cluster (1: none)
+        self._params: dict[str, tuple] = {}  # variant -> its kernel parameters (argument buffers of its own)
         for launch in interface.kernels:
             for variant in launch.variants:
                 function = checked(self.driver.cuModuleGetFunction(module, variant.name.encode()))
@@ -295,6 +296,7 @@ class CudaBackend:
                     block = 0  # the device cannot run one such cluster: the runtime takes another variant
                 self.functions[variant.name] = (function, block, ArgumentBuffer(launch.params))
                 self._clusters[variant.name] = cluster
+                self._params[variant.name] = launch.params
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}
 
@@ -405,25 +407,31 @@ class CudaBackend:
         executor._generate): the names it reads (each starting with `prefix`, but for
         the driver's launch, CUstream and `checked`) and its lines, with `{args}` for the
         arguments (Python expressions, packed as `launcher`'s fire packs them) and the
-        stream's handle read from `handle`. The extended launch's configuration is built
-        here, once: its stream is set only where the handle differs from the last one."""
+        stream's handle read from `handle`. The launch has argument buffers of its own
+        (`_Prepared`), each taken by one call at a time from a list (pop and append are
+        atomic; a lock's `with` costs several times more), one more made where another
+        thread holds each; the extended launch's configuration is built with each, once,
+        its stream set only where the handle differs from its last."""
         function, _, arguments = self.functions[variant]
-        p = prefix
-        names = {f"{p}function": function, f"{p}lock": arguments.lock, f"{p}pack": arguments.layout.pack_into,
-                 f"{p}buffer": arguments.buffer, f"{p}params": arguments.params, "checked": checked}
-        pack = (f"    with {p}lock:  # the buffer is the driver's to read until the launch returns\n"
-                f"        {p}pack({p}buffer, 0, {{args}})\n")
-        check = "    if error:\n        checked((error,))\n"
-        cluster = self._clusters[variant]
-        if cluster > 1 or LAUNCH_ENTRY == "ex":
-            names.update({f"{p}config": self._launch_config(grid, block, shared_bytes, cluster), f"{p}stream": [None],
-                          "launch_ex": self.driver.cuLaunchKernelEx, "CUstream": self.driver.CUstream})
-            return names, (pack + f"        if handle != {p}stream[0]:  # the configuration's stream, set where it changed\n"
-                           f"            {p}config.hStream, {p}stream[0] = CUstream(handle), handle\n"
-                           f"        error, = launch_ex({p}config, {p}function, {p}params, 0)\n" + check)
+        p, cluster = prefix, self._clusters[variant]
+        ex = cluster > 1 or LAUNCH_ENTRY == "ex"
+
+        def new() -> _Prepared:
+            return _Prepared(self._params[variant], self._launch_config(grid, block, shared_bytes, cluster) if ex else None)
+        names = {f"{p}function": function, f"{p}pack": arguments.layout.pack_into, f"{p}free": [new()], f"{p}new": new,
+                 "checked": checked}
+        take = (f"    try:\n        {p}slot = {p}free.pop()\n"
+                f"    except IndexError:  # another thread launches it now: one more\n        {p}slot = {p}new()\n"
+                f"    {p}pack({p}slot.buffer, 0, {{args}})\n")
+        done = f"    {p}free.append({p}slot)\n    if error:\n        checked((error,))\n"
+        if ex:
+            names.update({"launch_ex": self.driver.cuLaunchKernelEx, "CUstream": self.driver.CUstream})
+            return names, (take + f"    if handle != {p}slot.handle:  # the configuration's stream, set where it changed\n"
+                           f"        {p}slot.config.hStream, {p}slot.handle = CUstream(handle), handle\n"
+                           f"    error, = launch_ex({p}slot.config, {p}function, {p}slot.params, 0)\n" + done)
         names["launch"] = self.driver.cuLaunchKernel
-        return names, (pack + f"        error, = launch({p}function, {grid}, 1, 1, {block}, 1, 1, {shared_bytes}, handle, "
-                       f"{p}params, 0)\n" + check)
+        return names, (take + f"    error, = launch({p}function, {grid}, 1, 1, {block}, 1, 1, {shared_bytes}, handle, "
+                       f"{p}slot.params, 0)\n" + done)
 
     def stream_source(self, kind: ArrayKind) -> tuple[dict, str]:
         """The handle of the stream a call of this kind without stream= runs on, as an
@@ -441,8 +449,9 @@ class CudaBackend:
                         address: str | None = None) -> list[str]:
         """`signature` as lines of generated code (a call's key, executor._key_lines): `target`
         set to the signature of the array `value`, or None; with `on_device`, None also
-        where the array is not on this backend's device; with `address`, the signature
-        without the array's address, which that name is set to. CuPy's arrays, and torch's
+        where the array is not on this backend's device; with `address` (a call that writes
+        no parameter), the signature without the array's address, which that name is set
+        to, and a CuPy array's C-contiguity for its strides. CuPy's arrays, and torch's
         tensors where torch is imported, are read inline, as `signature` reads them."""
         names.update(ndarray=self.cp.ndarray, DEVICE=self.device, device_of=_device_of)
         v = f"{target}_value"
@@ -450,7 +459,8 @@ class CudaBackend:
         if address is None:
             lines.append(f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)")
         else:
-            lines += [f"        {address} = {target}_data.ptr", f"        {target} = ({v}.shape, {v}.strides, {v}.dtype)"]
+            # no parameter written (executor._free): C-contiguity is all the layout the binder checks
+            lines += [f"        {address} = {target}_data.ptr", f"        {target} = ({v}.shape, {v}._c_contiguous, {v}.dtype)"]
         if on_device:
             lines += [f"        if {target}_data.device_id != DEVICE:", f"            {target} = None"]
         torch = sys.modules.get("torch")
@@ -564,6 +574,17 @@ class CudaBackend:
         graph.launch(stream)  # None: the current stream
 
 
+class _Prepared:
+    """A prepared launch's own argument buffer (the driver's kernelParams) and, for the
+    extended launch, its configuration and the stream handle that holds."""
+
+    __slots__ = ("arguments", "buffer", "params", "config", "handle")
+
+    def __init__(self, params, config):
+        self.arguments = ArgumentBuffer(params)  # owns the buffer and the pointer array
+        self.buffer, self.params, self.config, self.handle = self.arguments.buffer, self.arguments.params, config, None
+
+
 class CupyArrays(OwnArrays):
     """CuPy arrays as an ArrayKind, allocated as cupy.ndarray(shape, dtype) (what
     cupy.empty(shape, dtype) calls, a frame fewer), from CuPy's current allocator; and
@@ -576,16 +597,17 @@ class CupyArrays(OwnArrays):
         self.allocator_in_use = getattr(cp.cuda, "get_allocator", None)  # None: nothing is reused
 
     @staticmethod
-    def unused(array: str, pointer: str, shape: str, strides: str, names: dict) -> str:
+    def unused(array: str, pointer: str, shape: str, names: dict) -> str:
         """A condition of generated code: `array` (its `.data` read into `pointer`), held by
         a tuple of the code's and its local alone, is referenced by nothing else (no view,
         no weak reference, no holder of its MemoryPointer or of that pointer's memory), and
-        has the shape and strides named."""
+        has the shape named, C-contiguous (its strides those of the shape: CuPy keeps the
+        flag with them, and reads it faster than a strides tuple)."""
         names.update(getrefcount=sys.getrefcount, getweakrefcount=weakref.getweakrefcount)
         refs_array, refs_pointer, refs_memory = _ALONE
         return (f"getrefcount({array}) == {refs_array} and getrefcount({pointer}) == {refs_pointer} and "
                 f"getrefcount({pointer}.mem) == {refs_memory} and not getweakrefcount({array}) and "
-                f"{array}.shape == {shape} and {array}.strides == {strides}")
+                f"{array}.shape == {shape} and {array}._c_contiguous")
 
 
 def _alone() -> tuple[int, int, int]:
