@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 import fusec
-from fusec.bench.harness import dims_for, make_args, minimum_bytes, retype
+from fusec.bench.harness import chosen, dims_for, make_args, minimum_bytes, retype
 
 EXAMPLES = ["softmax", "log_softmax", "rmsnorm", "layernorm", "add_rmsnorm", "cross_entropy"]
 LENGTHS = [256, 1024, 4096, 16384, 65536, 262144]
@@ -43,22 +43,6 @@ def first_pipeline(example: str, dtype: str):
     text = open(f"examples/{example}.fz").read().split("\npipeline ", 2)
     text = text[0] if text[0].startswith("pipeline") else "pipeline " + text[1]
     return retype(text, dtype, example)
-
-
-def chosen(f, length: int) -> str:
-    """The row kernel's variant the runtime takes for rows of `length` (arrays aligned)."""
-    from fusec.target import ROW_CACHE_BYTES
-    rows = [k for k in f.compiled.interface.kernels if k.variants[0].max_row is not None]
-    names = []
-    for launch in rows:
-        for v in launch.variants:
-            if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
-                    or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
-                continue
-            names.append(v.name)
-            break
-    return "+".join(names) + (f" (+{len(f.compiled.interface.kernels) - len(rows)} more)"
-                              if len(f.compiled.interface.kernels) > len(rows) else "")
 
 
 def labels_in_range(args, pipeline, xp):

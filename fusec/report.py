@@ -52,7 +52,9 @@ def _grid_name(grid) -> str:
             return "device_fill"
         case WorkItemGrid():
             return "work_items"
-        case RowGrid(rows_per_block, threads, cluster):
+        case RowGrid(rows_per_block, threads, cluster, chunks):
+            if chunks:
+                return f"a run of rows a block of {threads}, {rows_per_block} at a time ({chunks} runs)"
             if cluster:
                 return f"a cluster of {cluster} blocks of {threads} per row"
             if rows_per_block > 1:

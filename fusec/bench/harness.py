@@ -92,6 +92,24 @@ def dims_for(pipeline, size: int, row_length: int = INNER) -> dict[str, int]:
     return dims
 
 
+def chosen(f, length: int) -> str:
+    """The variant the runtime takes for rows of `length` (arrays aligned) of each
+    row kernel of jitted pipeline `f`, and the count of its other kernels."""
+    from fusec.ir.launch import RowBlock
+    from fusec.target import ROW_CACHE_BYTES
+    rows = [k for k in f.compiled.interface.kernels if isinstance(k.form, RowBlock)]
+    names = []
+    for launch in rows:
+        for v in launch.variants:
+            if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
+                    or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
+                continue
+            names.append(v.name)
+            break
+    return "+".join(names) + (f" (+{len(f.compiled.interface.kernels) - len(rows)} more)"
+                              if len(f.compiled.interface.kernels) > len(rows) else "")
+
+
 def minimum_bytes(pipeline, dims: dict[str, int]) -> int:
     """The minimum traffic of a call: each array parameter read once (an inout
     also written once), each output written once (a softmax's x and y; a

@@ -259,21 +259,30 @@ class _KernelEmitter:
         self.helpers.add("rows")
         last = len(k.extents) - 1
         length = self.extents[last] if last else self.n
-        warp = variant.grid.rows_per_block > 1  # a warp per row: shuffles alone, no barrier
+        chunks = self.launch.form.chunks  # with column sums: a block a run of rows
+        at_once = variant.grid.rows_per_block  # rows a block takes at a time
         width = variant.elements_per_thread  # > 1: each pass moves one vector of the row a thread
         resident = variant.row_resident
-        # threads a row: a warp's, or fewer (several rows a warp), or the block's, or its cluster's blocks'
+        # threads a row: a warp's, or fewer (several rows a warp), or the block's, or its cluster's
+        # blocks', or (a run of rows several at a time) a group of the block's warps
         block = block_threads(variant, BLOCK_SIZE)
         cluster = cluster_blocks(variant)
-        threads = BLOCK_SIZE // variant.grid.rows_per_block if warp else block * cluster
+        if chunks:
+            threads = block // at_once
+            warp = threads <= 32
+        else:
+            warp = at_once > 1
+            threads = BLOCK_SIZE // at_once if warp else block * cluster
+        grouped = not warp and at_once > 1  # each row a group of warps, combined through shared memory
         row, col = namer.fresh("row"), namer.fresh("col")
         rank = namer.fresh("rank") if cluster > 1 else None  # the block's place in its cluster
         # the thread's place among the row's threads
-        thread = namer.fresh("lane") if warp else namer.fresh("t") if rank else "threadIdx.x"
+        thread = namer.fresh("lane") if warp else namer.fresh("t") if rank or grouped else "threadIdx.x"
         element_position, self.position = self.position, col
         slot = namer.fresh("r") if resident else None  # which of the thread's kept vectors
         lane = thread if warp else None
-        live = namer.fresh("live") if warp and threads < 32 else None  # the group's row exists
+        # the group's row exists (several rows at a time: a group past the last computes it again)
+        live = namer.fresh("live") if (warp and threads < 32) or (chunks and at_once > 1) else None
         first, element = (namer.fresh("c"), namer.fresh("k")) if width > 1 else (None, None)
         coordinates, coordinate_names = self._row_coordinates(row, namer)
         per_row_loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self._row_offset(a, row, coordinate_names)}]")
@@ -282,10 +291,15 @@ class _KernelEmitter:
         cached = schedule.cached_loads(k) if variant.row_cache or resident else []
         scope = list(coordinates)
         caches, offset = {}, []
+        ahead: dict[str, str] = {}  # a prefetched array's next vectors
         for a in cached:
             if resident:  # the thread's vectors of the row, in registers
                 caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_reg")
-                scope.append(f"fz_vec<{a.type.c}, {width}> {caches[a.value]}[{resident}];")
+                declared = f"fz_vec<{a.type.c}, {width}> {caches[a.value]}[{resident}]"
+                if variant.prefetch:  # loaded while the rows before were computed
+                    ahead[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_next")
+                    declared += f" = {{{', '.join(f'{ahead[a.value]}[{r}]' for r in range(resident))}}}"
+                scope.append(declared + ";")
                 continue
             # one array of the row's elements each, widest first: each stays aligned
             caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_row")
@@ -328,7 +342,7 @@ class _KernelEmitter:
                 value = element_loads.get(a.value)
                 if resident and a.value in caches:
                     kept_vector = f"{caches[a.value]}[{slot}]"
-                    if a.value in used and a.value not in kept:  # loaded into its register
+                    if a.value in used and a.value not in kept and a.value not in ahead:  # loaded into its register
                         pre.append(f"{kept_vector} = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
                                    f"{self.buffers[a.buffer]} + {self.index(a)});")
                     loads[a.value] = load_expr(a.type, f"{kept_vector}.v[{element}]")
@@ -352,6 +366,8 @@ class _KernelEmitter:
             for idx in sorted(needed):
                 if reads and idx in reads:
                     inner[idx] = f"{reads[idx]}[{slot}].v[{element}]"
+                elif body[idx].op == "col_partial":  # the element's value, added to its column's sum below
+                    inner[idx] = inner[body[idx].args[0]]
                 else:
                     lines.append(self._instruction(idx, loads, local, inner))
             lines += [f"{held[idx]}[{slot}].v[{element}] = {inner[idx]};" for idx in keeps]
@@ -360,7 +376,8 @@ class _KernelEmitter:
                     "live": None}
 
         scope += per_row(0)
-        element_stores = [(a, at) for a, at in k.stores if a.present[-1]]
+        sums = [(a, at) for a, at in k.stores if body[at].op == "col_partial"]
+        element_stores = [(a, at) for a, at in k.stores if a.present[-1] and (a, at) not in sums]
         rounds = range(1, schedule.reductions + 1)
         sets = list(schedule.passes)
         held: dict[int, str] = {}  # value -> the registers a resident row keeps it in
@@ -421,7 +438,7 @@ class _KernelEmitter:
             passes.append({**loop, "init": init, "steps": steps, "post": post, "combine": combine,
                            "after": finish + per_row(round_)})
         earlier = {i: held[i] for kept_here in keeps[:-1] for i in kept_here}
-        final = element_pass(sets[-1], earlier) if element_stores else None
+        final = element_pass(sets[-1], earlier) if element_stores or sums else None
         if final is not None:
             final["live"] = live  # a group past the last row stores nothing
         if final is not None and width == 1:
@@ -434,12 +451,21 @@ class _KernelEmitter:
                                for a, at in element_stores]
             final["stores"] = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                                f"= {out[a.buffer]};" for a, _ in element_stores]
+        chunked = self._column_sums(sums, final, namer, row, length, col, first, slot, element, resident, width,
+                                    at_once, block, threads, thread, live) if chunks else {}
+        if ahead:  # the run's first row's vectors before the loop, each next row's at its top
+            loaded = [a for a in cached if a.value in ahead]
+            chunked["head"] += [f"fz_vec<{a.type.c}, {width}> {ahead[a.value]}[{resident}];" for a in loaded]
+            chunked["head"] += self._prefetch(loaded, ahead, chunked["first_row"], chunked["end"], length, resident,
+                                              threads, thread, width, namer)
+            scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", chunked["end"], length, resident, threads,
+                                    thread, width, namer)
         if width > 1:
             self.helpers.add("vec")
         if rank:
             self.helpers.add("clusters")
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
-                      for a, at in k.stores if not a.present[-1]]
+                      for a, at in k.stores if not a.present[-1] and (a, at) not in sums]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         self.position = element_position
         # A row held in registers reads its place along the row; the others keep the
@@ -453,10 +479,96 @@ class _KernelEmitter:
                 # a block larger than any function can launch: ptxas to fit its registers to it
                 "bounds": block if not warp and block > BLOCK_SIZE else 0,
                 "partials": [] if warp else [(t, name) for t, name in partials.items()],
-                "cluster_slots": slots, "passes": passes,
+                "cluster_slots": slots, "passes": passes, "grouped": grouped,
                 "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows, "live": live,
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
-                "vector": width, "first": first, "element": element}
+                "vector": width, "first": first, "element": element, "chunked": chunked}
+
+    def _column_sums(self, sums, final: dict, namer: Namer, row: str, length: str, col: str, first: str | None,
+                     slot: str | None, element: str | None, resident: int, width: int, at_once: int, block: int,
+                     threads: int, thread: str, live: str | None) -> dict:
+        """A row kernel's column sums (RowBlock.chunks): its block takes a run of
+        rows in order, `at_once` rows at a time, and each column's sum is added
+        up in the rows' order, from 0 (as ColumnReduce's). A row at a time, a
+        thread adds its own columns' values of each row: in registers where it
+        holds its row's vectors (the same columns in every row), else in the
+        sums' array, each element read back and written by the thread that owns
+        it. Several rows at a time, each row's values go into a tile in shared
+        memory, from which a thread a column adds them up, the rows in order."""
+        chunks = self.launch.form.chunks
+        self.helpers.add("columns")
+        body = self.k.body.instrs
+        chunk, per, start, end = (namer.fresh(n) for n in ("chunk", "per", "start", "end"))
+        rows = " * ".join(self.extents[j] for j in range(len(self.k.extents) - 1)) or "1"
+        head = [f"const long long {chunk} = blockIdx.x;",
+                f"const long long {per} = ({rows} + {chunks - 1}) / {chunks};",
+                f"const long long {start} = {chunk} * {per};",
+                f"const long long {end} = {start} + {per} < {rows} ? {start} + {per} : {rows};"]
+        zero, store, after = [], [], []
+        if at_once == 1:
+            opening = [f"for (long long {row} = {start}; {row} < {end}; ++{row}) {{"]
+        else:
+            group, base = namer.fresh("g"), namer.fresh("base")
+            head += [f"const unsigned {group} = threadIdx.x / {threads}u;  // the block's row at a time",
+                     f"const unsigned {thread} = threadIdx.x % {threads}u;  // the thread's place in it"]
+            opening = [f"for (long long {base} = {start}; {base} < {end}; {base} += {at_once}) {{",
+                       f"    const bool {live} = {base} + {group} < {end};",
+                       f"    const long long {row} = {live} ? {base} + {group} : {end} - 1;"]
+            # a thread's columns of the tile: threadIdx.x + j * block
+            capacity = resident * threads * width  # the longest row a group holds
+            held = -(-capacity // block)
+            j, q = namer.fresh("j"), namer.fresh("q")
+            after += ["__syncthreads();  // every row's values in the tile",
+                      "#pragma unroll", f"for (int {j} = 0; {j} < {held}; ++{j}) {{",
+                      f"    const long long {col} = threadIdx.x + {j} * {block}ll;",
+                      f"    if ({col} >= {length}) break;",
+                      f"    for (int {q} = 0; {q} < {at_once} && {base} + {q} < {end}; ++{q}) {{"]
+            closing = ["    }", "}", "__syncthreads();  // the tile free again for the next rows"]
+        for a, at in sums:
+            t = body[at].type.compute.c
+            array = self.buffers[a.buffer]
+            value = final["refs"][at]
+            out = f"{array}[{chunk} * {length} + {col}]"
+            if at_once > 1:
+                acc, tile = namer.fresh("colsum"), namer.fresh("tile")
+                head += [f"__shared__ __align__(16) {t} {tile}[{at_once * capacity}];  // each row's values at a time",
+                         f"{t} {acc}[{held}] = {{}};  // zeros: the sums of the thread's columns"]
+                # a vector's values written whole (one access, no bank conflicts between its elements)
+                values = namer.fresh(f"{tile}_v")
+                final["declare"].append(f"fz_vec<{t}, {width}> {values};")
+                final["lines"].append(f"{values}.v[{element}] = {value};")
+                final["stores"].append(f"*reinterpret_cast<fz_vec<{t}, {width}>*>({tile} + {group} * {capacity} + "
+                                       f"{first}) = {values};")
+                after.append(f"        {acc}[{j}] = fz_add_rn({acc}[{j}], {tile}[{q} * {capacity} + {col}]);")
+                store += ["#pragma unroll", f"for (int {j} = 0; {j} < {held}; ++{j}) {{",
+                          f"    const long long {col} = threadIdx.x + {j} * {block}ll;",
+                          f"    if ({col} < {length}) {out} = {store_expr(a.type, f'{acc}[{j}]')};", "}"]
+            elif resident:
+                acc = namer.fresh("colsum")
+                head.append(f"fz_vec<{t}, {width}> {acc}[{resident}] = {{}};  // zeros: the thread's columns' sums")
+                mine = f"{acc}[{slot}].v[{element}]"
+                final["lines"].append(f"{mine} = fz_add_rn({mine}, {value});")
+                store.append(f"{out} = {store_expr(a.type, mine)};")
+            else:
+                zero.append(f"{out} = ({t})0;")
+                final["lines"].append(f"{out} = fz_add_rn({out}, {value});")
+        if at_once > 1:
+            after += closing
+        return {"chunks": chunks, "head": head, "open": opening, "after": after, "zero": zero,
+                "store": store if at_once == 1 else [], "store_lines": store if at_once > 1 else [],
+                "first_row": start if at_once == 1 else f"{start} + {group}", "end": end}
+
+    def _prefetch(self, loaded, ahead: dict, row: str, end: str, length: str, resident: int, threads: int,
+                  thread: str, width: int, namer: Namer) -> list[str]:
+        """Lines loading row `row`'s vectors of the arrays `loaded` into their
+        `ahead` registers, where that row is one of the run's (before `end`)."""
+        slot, first = namer.fresh("r"), namer.fresh("c")
+        lines = [f"if ({row} < {end}) {{", "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
+                 f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
+                 f"        if ({first} < {length}) {{"]
+        lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
+                  f"{self.buffers[a.buffer]} + ({row}) * {length} + {first});" for a in loaded]
+        return lines + ["        }", "    }", "}"]
 
     def _column_variant(self, chunks: int) -> dict:
         """A thread per column and run of rows (ColumnReduce): the body at each

@@ -64,7 +64,15 @@ class RowBlock:
     stride over the row once per round of reductions (one that needs another's
     result comes a round later: the max before a log-sum-exp's sum), combine
     them across the block (warp shuffles, then shared memory), then store the
-    row's elements in a last pass, and its per-row values from one thread."""
+    row's elements in a last pass, and its per-row values from one thread.
+
+    With `chunks` (a row kernel holding column sums, ir.program.COLUMN_CHUNKS):
+    one block per run of ceil(rows / chunks) consecutive rows instead, taking
+    them in order, each thread adding its columns' values of every row to its
+    sums (a column's always the same thread's: the order is the column sums'
+    own), and storing them at [chunk, column] after the last."""
+
+    chunks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +119,13 @@ class RowGrid:
     """`rows_per_block` rows a block (1: a block per row; the block's warps
     otherwise, a warp per row): ceil(rows / rows_per_block) blocks, the rows
     the product of the collapsed extents but the last; blocks of `threads`.
-    With `cluster`, a cluster of that many blocks a row: rows * cluster blocks."""
+    With `cluster`, a cluster of that many blocks a row: rows * cluster blocks.
+    With `chunks` (RowBlock's): that many blocks, each a run of rows in turn."""
 
     rows_per_block: int = 1
     threads: int = 0  # threads a block (0: target.BLOCK_SIZE)
     cluster: int = 0  # blocks a row, one thread-block cluster (0: none; rows_per_block is then 1)
+    chunks: int = 0   # blocks in all, each taking a run of rows (0: as rows_per_block says)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,8 @@ class Variant:
     row_resident: a row kernel that holds its row in registers: the vectors of
     `elements_per_thread` each thread keeps (its rows at most that many vectors
     of every thread of the row: a warp's, its RowGrid's block, or its cluster's blocks).
+    prefetch: a resident row kernel taking a run of rows (RowGrid.chunks): each
+    row's kept vectors are loaded while the rows before it are computed.
     """
 
     name: str
@@ -155,6 +167,7 @@ class Variant:
     row_cache: int = 0
     max_row: int | None = None
     row_resident: int = 0
+    prefetch: bool = False
 
 
 def cluster_blocks(variant: Variant) -> int:

@@ -53,9 +53,10 @@ class Stage:
         one block per row), or else the same elementwise iteration space. A
         column reduction's partial sums share the space of the elements they
         sum (their kernel also computes, and stores, the statements over those
-        elements); its finish, over the partial sums, shares its kernel with no
-        other stage."""
-        if self.column:
+        elements), or their rows' where they have some (a row kernel adds them
+        up as it takes its rows); its finish, over the partial sums, shares its
+        kernel with no other stage."""
+        if self.column and not (self.reduce == "col_partial" and self.rows):
             return ("elements", self.shape) if self.reduce == "col_partial" else ("columns", self.name)
         return ("rows",) + self.rows if self.rows else ("elements", self.shape)
 

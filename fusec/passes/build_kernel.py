@@ -22,9 +22,11 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
 
     Stages that share rows (Stage.rows) with a row reduction among them, or with
     several shapes, make a row kernel over [*rows, length]: its body holds the
-    reductions as instructions (ROW_OPS), each value a whole row's."""
+    reductions as instructions (ROW_OPS), each value a whole row's, and may
+    hold partial column sums of its elements (a "col_partial" instruction,
+    stored as each column's COLUMN_CHUNKS sums)."""
     rows = stages[0].rows
-    row_kernel = rows is not None and (any(s.reduce for s in stages) or len({s.shape for s in stages}) > 1)
+    row_kernel = rows is not None and (any(s.row_reduction for s in stages) or len({s.shape for s in stages}) > 1)
     shape = rows[0] + (rows[1],) if row_kernel else stages[0].shape
     produced_here = {v for s in stages for v in s.outputs}
     b = BodyBuilder()
@@ -73,7 +75,7 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     columns = any(s.column for s in stages)
     # an element's place along the last dim (row_position) needs that dim its own extent
     position = any(ins.op == "position" for ins in body.instrs)
-    if columns:
+    if columns and not row_kernel:
         extents, presence = collapse_columns(shape, operand_shapes, keep_last=position)
     else:
         extents, presence = (collapse_rows if row_kernel or position else collapse)(shape, operand_shapes)

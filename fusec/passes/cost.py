@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Iterable
 
 from fusec.ir.kernels import Kernel
-from fusec.ir.launch import Prediction, Variant
+from fusec.ir.launch import Prediction, RowGrid, Variant
 from fusec.ir.program import Shape
 from fusec.target import MAX_THREADS_PER_SM
 
@@ -137,8 +137,12 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     """The predicted time of `variant` of `kernel` over `elements` elements (a
     loop kernel computing its body `iterations` times in registers)."""
     warps = warps_per_sm(variant.est_regs, costs)
+    grid = variant.grid
+    if isinstance(grid, RowGrid) and grid.chunks:  # a row kernel of a block a run of rows: that many blocks in all
+        warps = max(1, min(warps, round(grid.chunks * (grid.threads or BLOCK_WARPS * 32) / 32 / costs.sms)))
+    # a row kernel's column sums are stored once a run of rows, not an element
     moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
-        sum(a.type.itemsize for a, _ in kernel.stores)
+        sum(a.type.itemsize for a, at in kernel.stores if kernel.body.instrs[at].op != "col_partial")
     loaded_per_thread = variant.elements_per_thread * sum(a.type.itemsize for a in kernel.loads if a.contiguous)
     spilled = max(0, variant.est_regs - MAX_REGS)
     moved_total = moved + 8 * spilled  # each spilled register: a 4-byte store and load an element

@@ -24,8 +24,8 @@ from fusec.target import FOREACH_CHUNK
 def form_of(kernel: Kernel, multi_tensor: bool = False, grid_stride: bool = False, loop: Loop | None = None,
             slots: dict[str, int] | None = None) -> Form:
     """How `kernel`'s threads map onto its elements (the fusion pass prices candidates in it too)."""
-    if kernel.rows:
-        return RowBlock()
+    if kernel.rows:  # with column sums: a block a run of rows, adding them up as it goes
+        return RowBlock(COLUMN_CHUNKS if kernel.columns else 0)
     if kernel.columns:  # the chunks' partial sums, or the sum of all rows (of those chunks)
         return ColumnReduce(COLUMN_CHUNKS if any(ins.op == "col_partial" for ins in kernel.body.instrs) else 1)
     if loop is not None:

@@ -78,10 +78,18 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
     return assign_rows(inline_scalar_statements(graph))
 
 
+# Whether a row kernel may hold the partial column sums of its elements (a
+# block a run of rows: ir.launch.RowBlock.chunks); benchmarks turn it off to
+# time the column sums in kernels of their own.
+ROW_COLUMN_SUMS = True
+
+
 def assign_rows(graph: StageGraph) -> StageGraph:
     """Marks each stage that may join a row kernel with its rows: every row
-    reduction, and each stage outside loops over [*rows, length] or [*rows, 1]
-    of a reduction's (the first such, in program order)."""
+    reduction, each stage outside loops over [*rows, length] or [*rows, 1]
+    of a reduction's (the first such, in program order), and the partial
+    column sums over [rows, length] of a reduction of one leading dim (a row
+    kernel taking its runs of rows in order adds them up as it goes)."""
     spaces = [(s.shape[:-1], s.shape[-1]) for s in graph.stages if s.row_reduction]
     if not spaces:
         return graph
@@ -93,6 +101,9 @@ def assign_rows(graph: StageGraph) -> StageGraph:
         elif stage.shape and graph.loop_of(index) < 0 and not stage.column:
             rows = next(((lead, length) for lead, length in spaces
                          if stage.shape[:-1] == lead and stage.shape[-1] in (length, 1)), None)
+        elif stage.reduce == "col_partial" and ROW_COLUMN_SUMS and graph.loop_of(index) < 0 and len(stage.shape) == 2:
+            rows = next(((lead, length) for lead, length in spaces
+                         if len(lead) == 1 and stage.shape == lead + (length,)), None)
         stages.append(replace(stage, rows=rows) if rows else stage)
     return replace(graph, stages=tuple(stages))
 

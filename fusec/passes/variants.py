@@ -40,6 +40,7 @@ from fusec.target import (
     RESIDENT_THREADS,
     ROW_CACHE_BYTES,
     WARP_ROW_BYTES,
+    REGISTER_FILE,
     WARP_ROWS_PER_BLOCK,
     arch_number,
 )
@@ -103,6 +104,8 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
             return (*options[:1], scalar)
         case GridStride() | RegisterLoop():
             return (Variant(name, 1, DeviceFillGrid(), regs(1)),)
+        case RowBlock(chunks) if chunks:
+            return _chunk_variants(kernel, form, slot_of, estimate, observed)
         case RowBlock():
             clusters = arch_number(costs.arch if costs else DEFAULT_ARCH) >= CLUSTER_ARCH
             return _row_variants(kernel, form, slot_of, estimate, observed, clusters)
@@ -186,6 +189,71 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     # then a warp a row, then the shared memory; a vector variant before its element one.
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row is None, v.max_row or 0,
                                             v.row_cache == 0, v.elements_per_thread == 1)))
+
+
+def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstimate, observed: dict) -> tuple:
+    """A row kernel with column sums (RowBlock.chunks blocks in all): each block
+    takes its run of rows CHUNK_GROUPS at a time, a group of threads a row,
+    holding it in registers (16-byte vectors; the shortest rows' first); with
+    several rows at a time the values summed go through a tile in shared
+    memory, from which each column's thread adds them up in the rows' order.
+    Last, a block a row (its own columns' sums kept in their array), first as
+    vectors, then one element a thread."""
+    name, chunks = kernel.name, form.chunks
+    sums = [ins for ins in kernel.body.instrs if ins.op == "col_partial"]
+    sum_bytes = sum(ins.type.compute.itemsize for ins in sums)
+    varying = [a.type.itemsize for a in kernel.accesses if a.present[-1] and not column_store(kernel, a)]
+    width = VECTOR_BYTES // max(varying) if varying else 1
+    cached = row_schedule(kernel).cached_loads(kernel)
+    kept = sum(max(a.type.itemsize, 4) for a in cached)
+    peak = _resident_peak(kernel, cached)
+    out = []
+    for w in dict.fromkeys((width, 1)):
+        vector = {"whole_rows": True, "alignment": _alignment(kernel, w, slot_of)} if w > 1 else {}
+        suffix = f"_v{w}" if w > 1 else ""
+        longest = 0
+        for group, rows, prefetch in CHUNK_GROUPS if w > 1 else ():
+            count = _resident_vectors(group, w, VECTOR_BYTES // w)
+            capacity = count * group * w  # the longest row a group holds
+            if count * w * kept // 4 > RESIDENT_REGS or capacity <= longest:
+                continue
+            if rows > 1 and rows * capacity * sum_bytes > CHUNK_TILE_BYTES:
+                continue
+            longest = capacity
+            block = group * rows
+            # a block a row keeps its columns' sums beside its row; else each thread its columns'
+            sums_held = count * w * len(sums) if rows == 1 else -(-capacity // block) * len(sums)
+            # prefetching: the next row's kept vectors beside this one's
+            ahead = count * w * kept // 4 if prefetch else 0
+            shape = replace(variant_shape(form, w), warp=group <= 32,
+                            resident=round(count * w * peak) + sums_held + ahead)
+            registers = estimate(shape)
+            if registers > REGISTER_FILE // block:  # would spill: its block cannot have them all
+                continue
+            out.append(Variant(f"{name}_r{group}x{rows}{'p' if prefetch else ''}{suffix}", w,
+                               RowGrid(rows, block, 0, chunks), registers, max_row=capacity, row_resident=count,
+                               prefetch=prefetch, **vector))
+        out.append(Variant(f"{name}{suffix}", w, RowGrid(1, CHUNK_BLOCK, 0, chunks),
+                           observed.get(w) or estimate(variant_shape(form, w)), **vector))
+    return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row or 0, v.elements_per_thread == 1)))
+
+
+# A row kernel with column sums: (threads a row, rows at a time, whether the next
+# rows are loaded while these are computed) of its blocks, the shortest rows'
+# first. COLUMN_CHUNKS blocks in all are all the work a kernel has, so each keeps
+# several rows in flight.
+CHUNK_GROUPS = ((8, 32, True), (16, 16, True), (32, 8, True), (64, 4, True), (128, 2, True), (256, 2, False),
+                (256, 1, True), (512, 1, True), (1024, 1, False))
+# The threads of the block a row that reads its row again in each pass (rows longer
+# than a group holds): all the warps a multiprocessor can have behind its loads.
+CHUNK_BLOCK = 1024
+# Shared memory for the tile of the values a block's rows add to its columns' sums.
+CHUNK_TILE_BYTES = 32 * 1024
+
+
+def column_store(kernel: Kernel, access) -> bool:
+    """Whether `access` stores a row kernel's column sums (not a value of each element)."""
+    return any(a is access and kernel.body.instrs[at].op == "col_partial" for a, at in kernel.stores)
 
 
 # A row held in registers: the registers its elements take, per element a thread

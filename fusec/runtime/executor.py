@@ -394,6 +394,8 @@ class Executor:
         RowGrid, a block per row or per rows_per_block rows: rows of no elements
         still get their result)."""
         match variant.grid:
+            case RowGrid(chunks=chunks) if chunks:  # a block a run of rows (empty runs store zero sums)
+                return chunks
             case RowGrid(rows_per_block, _, cluster):
                 return -(-math.prod(extents[:-1]) // rows_per_block) * max(cluster, 1)
             case ColumnGrid(chunks):  # columns of no rows still get their sum (0)

@@ -413,6 +413,22 @@ __device__ __forceinline__ T fz_warp_combine(T v, Op op, int lanes = 32)
         v = op(v, fz_shfl_xor(v, offset));
     return v;
 }
+// Combines the values of each group of `Group` threads of the block (a
+// multiple of 32: several rows a block, one a group): within each warp by
+// shuffles, then the group's warps' results in order. `partial` holds one value
+// per warp of the block; it is free again when this returns.
+template <unsigned Group, typename T, typename Op>
+__device__ __forceinline__ T fz_group_combine(T v, Op op, T* partial)
+{
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    const unsigned first = threadIdx.x / Group * (Group / 32u);
+    v = partial[first];
+    for (unsigned w = 1; w < Group / 32u; ++w) v = op(v, partial[first + w]);
+    __syncthreads();
+    return v;
+}
 // Combines every thread's value across the block (a multiple of 32 threads):
 // within each warp by shuffles, then the warps' results by the first warp's
 // shuffles where their count is a power of two (else every thread combines them
