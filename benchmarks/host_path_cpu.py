@@ -7,7 +7,8 @@ compiler or no cuda.bindings is found, by a Python stand-in.
     PYTHONPATH=. python3 benchmarks/host_path_cpu.py [--entry ex|plain] [--profile replay|held|out|fresh|new] [--check]
 
 --check: the replayed launches as the bindings hand them to the stub, against the checked
-path's (tests/test_launch_bindings_sim.py runs it).
+path's; --launch-floor: benchmarks/launch_floor.py run through over the stand-ins (both are
+run by tests/test_launch_bindings_sim.py).
 
 Figures are for comparing two versions of fusec on one machine; the device's own costs
 (a launch in the driver, an allocation from CuPy's pool) are what benchmarks/launch_floor.py
@@ -121,7 +122,7 @@ class ndarray:  # what the cuda backend reads of a CuPy array
                  "__weakref__")
     _next, made = 1 << 20, set()  # the addresses handed out
 
-    def __init__(self, shape, dtype=np.float32):
+    def __init__(self, shape, dtype=np.float32, memptr=None):
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
         self.dtype = np.dtype(dtype)
         self.strides = (self.dtype.itemsize,)
@@ -134,8 +135,20 @@ class ndarray:  # what the cuda backend reads of a CuPy array
         self.flags = types.SimpleNamespace(c_contiguous=True)
 
 
+    def __setitem__(self, index, value):  # what launch_floor.py does to an array, done to nothing
+        pass
+
+    def __eq__(self, other):
+        return types.SimpleNamespace(all=lambda: True)
+
+    __hash__ = object.__hash__
+
+
 class Device:
     id, compute_capability, attributes = 0, "90", {"MultiProcessorCount": 132}
+
+    def synchronize(self):
+        pass
 
     def __enter__(self):
         return self
@@ -236,10 +249,40 @@ def check(entry: str) -> int:
     return 1 if failures else 0
 
 
+def launch_floor_dry_run() -> int:
+    """--launch-floor: benchmarks/launch_floor.py's main over the stand-ins, each row a few
+    calls, and what CuPy's calls beyond fusec's return answered by stand-ins, so that its
+    control flow and the fusec internals it reads run without a GPU (its figures mean nothing)."""
+    if standins("ex") is None or STUB_LIBRARY is None:
+        print("--launch-floor needs cuda.bindings and a C compiler")
+        return 2
+    import importlib.util
+
+    from fusec.runtime.backends import cuda
+    cp, ns = cuda.cupy(), types.SimpleNamespace
+    memory = ns(malloc=lambda n: MemoryPointer(0))
+    cp.__dict__.update(__version__="stand-in", float32=np.float32, dtype=np.dtype, zeros_like=lambda a: ndarray(a.shape),
+                       ones=lambda n, dtype: ndarray(n, dtype), get_default_memory_pool=lambda: memory,
+                       random=ns(default_rng=lambda seed: ns(standard_normal=lambda n, dtype: ndarray(n, dtype))),
+                       RawKernel=lambda source, name, options=(): lambda grid, block, args: None)
+    cp.cuda.__dict__.update(alloc=memory.malloc)
+    cp.cuda.runtime.__dict__.update(getDeviceProperties=lambda device: {"name": b"stand-in"})
+    sys.modules["cupy"] = cp
+    spec = importlib.util.spec_from_file_location("launch_floor", os.path.join(os.path.dirname(__file__),
+                                                                               "launch_floor.py"))
+    floor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floor)
+    floor.per_call = lambda fn, sync, iters=0, reps=0: (sync(), [fn() for _ in range(3)], 1.0)[-1]
+    floor.main()
+    return 0
+
+
 def main():
     entry = sys.argv[sys.argv.index("--entry") + 1] if "--entry" in sys.argv else "ex"
     if "--check" in sys.argv:
         sys.exit(check(entry))
+    if "--launch-floor" in sys.argv:
+        sys.exit(launch_floor_dry_run())
     driver = standins(entry)
     import fusec
     f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")

@@ -166,7 +166,7 @@ def main():
         import torch
     except ImportError:
         torch = None
-    if torch is not None:
+    if torch is not None and torch.cuda.is_available():
         tx = torch.as_tensor(x, device="cuda")
         for _ in range(3):
             g(tx, 1.5, -0.25)

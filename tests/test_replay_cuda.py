@@ -434,3 +434,96 @@ def test_a_launch_whose_buffer_another_call_holds_takes_one_of_its_own(gpu):
     for s in (3.0, 4.0):  # both taken in turn, each packed with its own call's arguments
         launch, y = replayed_launch(f, gpu, x, s, 1.0)
         assert launch[-1][2] == s
+
+
+def test_threads_replaying_one_call_each_launch_their_own_arguments_into_their_own_outputs(gpu, monkeypatch):
+    """Four threads replaying one recorded call, switching as often as the interpreter lets
+    them: each launch reads its own thread's scalars back from the buffer it was given, and
+    no two threads ever hold the same output (recycled arrays are taken by one call at a time)."""
+    import threading
+    f, x = recorded(gpu)
+    held, errors = {}, []
+
+    def launch_of_thread(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        """The stand-in's launch, its record with the scalar of the thread that made it."""
+        buffer = gpu.buffers[params]
+        gpu.launches.append((threading.current_thread().scalar, buffer.layout.unpack_from(buffer.buffer)))
+        return (0,)
+    gpu.driver.cuLaunchKernel = gpu.launch = launch_of_thread
+    f._runner.forget()
+    threading.current_thread().scalar = 1.0
+    f(x, 1.0, 0.0)
+    f(x, 1.0, 0.0)  # recorded again, through the launch above
+    gpu.launches.clear()
+    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def work(s: float):
+        threading.current_thread().scalar = s
+        try:
+            for _ in range(300):
+                y = f(x, s, 0.0)
+                held[s] = y
+                if any(other is y for key, other in list(held.items()) if key != s):
+                    errors.append("two threads hold one output")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(repr(exc))
+    threads = [threading.Thread(target=work, args=(float(k + 2),)) for k in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    assert len(gpu.launches) == 1200
+    for s, args in gpu.launches:
+        assert args[2] == s  # s as this thread passed it
+
+
+def test_torch_tensors_replay_on_torchs_stream_into_torch_outputs(gpu, monkeypatch):
+    """CPU tensors standing in for CUDA ones (get_device() 0, the outputs on the CPU): a call
+    of tensors is recorded and replayed as the checked path launches it, on torch's stream,
+    into a new tensor from torch.empty_strided (as torch.empty would make it); another
+    tensor of the recorded shape replays at its own address; one that requires grad is
+    refused under grad mode, however often its shape was seen."""
+    torch = pytest.importorskip("torch")
+    from fusec.interop import torch_arrays
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0, raising=False)
+    view = torch_arrays.device_view
+
+    def device_view(cp, tensor, device):  # its checks, then a stand-in array at the tensor's address
+        try:
+            view(cp, tensor, device)
+        except AttributeError:  # the stand-in CuPy's missing UnownedMemory: the checks have run
+            pass
+        return gpu.ndarray(tuple(tensor.shape), torch_arrays.numpy_dtypes()[tensor.dtype], ptr=tensor.data_ptr())
+    monkeypatch.setattr(torch_arrays, "device_view", device_view)
+    kinds = cuda.DeviceArrays.kind
+
+    def kind(self, value):  # torch's kind with CPU outputs, its stream a handle of its own
+        if self._torch is None and torch_arrays.is_tensor(value):
+            self._torch = torch_arrays.TorchTensors(torch.device("cpu"), self._torch_view)
+            self._torch.stream_handle = lambda: 4321
+        return kinds(self, value)
+    monkeypatch.setattr(cuda.DeviceArrays, "kind", kind)
+    f = fusec.jit(SBR, backend="cuda")
+    t = torch.randn(4096)
+    for _ in range(3):
+        y = f(t, 1.0, 0.0)
+    assert type(y) is torch.Tensor and y.shape == (4096,) and y.stride() == (1,) and y.dtype == torch.float32
+    for tensor in (t, torch.randn(4096)):
+        launch, y = replayed_launch(f, gpu, tensor, 2.0, 1.0)
+        assert launch[4] == 4321 and tensor.data_ptr() in launch[-1] and y.data_ptr() in launch[-1]
+        expected, z = checked_launch(f, gpu, tensor, 2.0, 1.0)
+        names = {y.data_ptr(): "y", z.data_ptr(): "y"}
+        assert tuple(names.get(a, a) for a in launch[-1]) == tuple(names.get(a, a) for a in expected[-1])
+    grad = torch.randn(4096, requires_grad=True)
+    with torch.no_grad():
+        for _ in range(3):
+            f(grad, 1.0, 0.0)
+    for _ in range(2):
+        with pytest.raises(ArgumentError, match="requires grad"):
+            f(grad, 1.0, 0.0)
