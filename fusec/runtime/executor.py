@@ -116,11 +116,11 @@ class Executor:
     A call (no stream=) whose arrays, out= arrays included, have the
     signatures of two earlier calls (shape, layout, dtype, device; the same
     repeat counts; and the addresses, but in a plain call of a pipeline that
-    writes no parameter, where no aliasing can depend on them) replays the
-    launches recorded at the second (`_RecordedCall`): it checks its scalars
-    (and, at new addresses, the alignment the recorded variants need),
-    allocates its outputs (unless given; or reuses its own dead ones) and
-    launches.
+    writes no parameter, where no aliasing can depend on them and the key
+    holds each address modulo the widest vector instead, which fixes the
+    variants) replays the launches recorded at the second (`_RecordedCall`):
+    it checks its scalars, allocates its outputs (unless given; or reuses its
+    own dead ones) and launches.
     """
 
     def __init__(self, interface: LaunchInterface, backend: Backend):
@@ -139,6 +139,10 @@ class Executor:
         # A plain call's key holds no addresses where no parameter is written (no aliasing to
         # check): its recorded call takes the arrays' addresses each call (`_RecordedCall.free`).
         self._free = not self.binder.written
+        # Where a key holds no address, the address modulo the widest vector any variant moves
+        # (a power of two each) is in it: that fixes which variants the arrays are aligned for.
+        self._align_mask = max((size for k in interface.kernels for v in k.variants for _, size in v.alignment),
+                               default=1) - 1
         # (key, run) of the plain call, and of the call with out=, recorded last (`forget`)
         self._last_plain, self._last_out = [(None, None)], [(None, None)]
         self._generate_calls()
@@ -287,6 +291,8 @@ class Executor:
                                   f"        {address}, {target} = {target}[0], {target}[1:]"])
             lines.extend([f"    if {target} is None:", f"        return {miss}"])
             parts.append(target)
+            if address is not None and self._align_mask:  # the address's place in the widest vector
+                parts.append(f"{address} & {self._align_mask}")
         for position, is_array in enumerate(self._is_array):
             if is_array:
                 array(f"args[{position}]", f"a{position}", None if addresses else f"q{position}")
@@ -469,9 +475,9 @@ class _RecordedCall:
     every check that depends on the arrays was made then, and each launch is
     fixed but for the scalars and the new outputs and temporaries (or the
     caller's out= arrays, when the key holds them), and with `free` (a key
-    without addresses) the arrays' addresses, each checked for the alignment
-    the recorded variants need (else the call is checked). Input arrays are
-    held by address only, if at all, so nothing is kept alive. The key fixes the kind of the
+    without addresses, but for their places in the widest vector) the arrays'
+    addresses. Input arrays are held by address only, if at all, so nothing
+    is kept alive. The key fixes the kind of the
     arrays (their types are in it): outputs are allocated as that kind, and the
     launches go to its stream (torch tensors: torch's current stream, where
     they were produced; no stream hand-off is needed), read once a call.
@@ -496,7 +502,6 @@ class _RecordedCall:
         checkers = executor.binder.checkers
         scalar_params = [i for i, is_array in enumerate(executor._is_array) if not is_array]
         alignment: set[tuple[int, int]] = set()
-        aligned: set[tuple[int, int]] = set()  # (position, bytes) of array arguments (free: checked each call)
         inline = getattr(backend, "launch_source", None)
         launches = []  # per launch: (fire, [its arguments as Python expressions]), or its source text
         names: dict[str, object] = {}
@@ -518,7 +523,6 @@ class _RecordedCall:
                 else:
                     arguments.append(constant(value if pack is None else pack(value)))
             alignment |= {(slot - first, size) for slot, size in variant.alignment if slot >= first}
-            aligned |= {(slot, size) for slot, size in variant.alignment if slot < first}
             if inline is not None:
                 launch_names, text = inline(variant.name, grid, block, shared, f"l{len(launches)}_")
                 names.update(launch_names)
@@ -532,7 +536,7 @@ class _RecordedCall:
         addresses = executor.binder.array_positions if free else None
         self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
                                           by_address, [(position, checkers[position]) for position in scalar_params],
-                                          launches, kind, stream, addresses, sorted(aligned) if free else [])
+                                          launches, kind, stream, addresses)
 
 
 # A recorded call keeps its dead arrays for reuse (`_generate`) where they take at most this
@@ -542,14 +546,12 @@ RECYCLE_BYTES = 1 << 18
 
 def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
               by_address: bool, scalars: list, launches: list, kind: ArrayKind,
-              stream: tuple[dict, str] | None = None, addresses: list[int] | None = None,
-              aligned: list[tuple[int, int]] = ()) -> tuple[Callable, str]:
+              stream: tuple[dict, str] | None = None, addresses: list[int] | None = None) -> tuple[Callable, str]:
     """One recorded call's run(args, out=None), compiled, and its source. `launches`:
     (fire, argument expressions) each, or with `stream` (the names and the expression
     of the stream handle) each launch's source text, `handle` its stream. With
     `addresses` (the array arguments' positions), run(args, out, q...) takes their
-    addresses, and answers MISALIGNED where one misses the alignment (`aligned`:
-    (position, bytes) each) that the recorded variants need.
+    addresses (the key fixed each one's alignment).
 
     Recycling (a kind that says which allocator is in use and when an array is `unused`,
     the launches written out, the new arrays small, the GIL on): the call keeps the sets of arrays it allocated (outputs and temporaries, up to two sets, a
@@ -561,8 +563,6 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     with no allocation and no new array."""
     names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=MISS)
     lines = [f"def run(args, out=None{''.join(f', q{i}=None' for i in addresses or ())}):"]
-    for position, size in aligned:  # an array at another address: as aligned as the variants need
-        lines.append(f"    if q{position} % {size}:\n        return MISALIGNED")
     if given_outputs and n_outputs:
         targets = "".join(f"v{k}, " for k in range(n_outputs))
         lines.append(f"    {targets}= out if type(out) is tuple else (out,)")
