@@ -41,9 +41,9 @@ def per_call(fn, sync, iters=20000, reps=5):
 def summary(t: dict[str, float]) -> list[str]:
     """Where a call's µs go, and the issue's targets, from the measured rows (keys as `main` names them)."""
     raw, plain, ex = t["raw"], t["driver"], t["driver_ex"]
-    floor = min(plain, ex)  # fusec launches through the cheaper one (cuda.LAUNCH_ENTRY)
+    floor = ex  # fusec's entry point (cuda.LAUNCH_ENTRY "ex"; its rows through cuLaunchKernel are above)
     lines = ["", "| where a replayed call's µs go | µs |", "|---|---:|",
-             f"| driver launch through cuda.bindings (the cheaper entry point) | {floor:.2f} |",
+             f"| driver launch through cuda.bindings (cuLaunchKernelEx, fusec's) | {floor:.2f} |",
              f"| stream handle (CuPy's current stream .ptr) | {t['stream']:.2f} |",
              f"| current device (runtime.getDevice) | {t['device']:.2f} |",
              f"| the rest: key, look-up, scalar checks, reuse check, packing, lock | "

@@ -16,7 +16,7 @@ def test_the_summary_is_the_arithmetic_of_the_rows():
     rows = {"raw": 6.5, "driver": 5.0, "driver_ex": 4.5, "stream": 0.2, "device": 0.1, "replayed": 5.8, "held": 7.5,
             "out": 6.0, "fresh": 6.2, "checked": 20.0, "torch": 8.0, "compiled": 40.0}
     text = "\n".join(load().summary(rows))
-    assert "| driver launch through cuda.bindings (the cheaper entry point) | 4.50 |" in text
+    assert "| driver launch through cuda.bindings (cuLaunchKernelEx, fusec's) | 4.50 |" in text
     assert "| the rest: key, look-up, scalar checks, reuse check, packing, lock | 1.00 |" in text
     assert "on top | 1.70 |" in text
     assert "| a replayed call (its output reused) <= 1.0x RawKernel (6.50): 0.89x, | 5.80 µs | yes |" in text
@@ -32,7 +32,7 @@ def test_the_summary_without_torch():
     rows = {"raw": 6.5, "driver": 5.0, "driver_ex": 5.5, "stream": 0.2, "device": 0.1, "replayed": 6.0, "held": 7.5,
             "out": 6.0, "fresh": 6.5, "checked": 20.0}
     text = "\n".join(load().summary(rows))
-    assert "torch" not in text and "(the cheaper entry point) | 5.00 |" in text
+    assert "torch" not in text and "(cuLaunchKernelEx, fusec's) | 5.50 |" in text
 
 
 def test_per_call_is_the_median_of_its_runs():
