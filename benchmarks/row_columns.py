@@ -76,7 +76,8 @@ def main() -> None:
     else:
         xp = np
     groups = variants.CHUNK_GROUPS
-    ways = [("apart", None)] + [(f"r{g}x{r}", ((g, r),)) for g, r in groups] + [("block", ()), ("auto", groups)]
+    ways = [("apart", None)] + [(f"r{g}x{r}{'p' if p else ''}", ((g, r, p),)) for g, r, p in groups] + \
+        [("block", ()), ("auto", groups)]
     print(f"{elements} elements a call\n")
     print("| backward | type | row length | way | µs | % of copy | kernels |\n|---|---|---|---|---|---|---|")
     if backend == "cuda":

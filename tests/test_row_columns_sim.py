@@ -60,8 +60,15 @@ def test_every_way_of_taking_a_run_of_rows_equals_the_reference(t, numpy_type):
 def test_the_cost_model_prices_the_sums_once_a_run_of_rows():
     """The row kernel's column sums are not traffic of each element (the model's
     bytes: x read, y written; b is a column's), and its blocks are COLUMN_CHUNKS
-    in all (the model's warps a multiprocessor)."""
+    in all (the model's warps a multiprocessor, whatever its registers allow)."""
+    from dataclasses import replace
+
+    from fusec.ir.launch import RowGrid
+    from fusec.passes.cost import predict, target_costs
     fused, _, _ = _run("f32", np.float32, 8, 8)
     (row,) = [k for k in fused.compiled.interface.kernels if isinstance(k.form, RowBlock)]
     assert row.prediction.bytes_per_element == 4 + 4
-    assert row.prediction.warps <= -(-COLUMN_CHUNKS * 256 // 32 // 132)
+    costs = target_costs("sm_90")
+    light = replace(row.variants[-1], est_regs=32, grid=RowGrid(1, 256, 0, COLUMN_CHUNKS))
+    assert predict(row.kernel, light, 2 ** 26, costs).warps == round(COLUMN_CHUNKS * 256 / 32 / costs.sms)
+    assert predict(row.kernel, replace(light, grid=RowGrid(1, 256)), 2 ** 26, costs).warps == 64

@@ -96,18 +96,11 @@ def chosen(f, length: int) -> str:
     """The variant the runtime takes for rows of `length` (arrays aligned) of each
     row kernel of jitted pipeline `f`, and the count of its other kernels."""
     from fusec.ir.launch import RowBlock
-    from fusec.target import ROW_CACHE_BYTES
-    rows = [k for k in f.compiled.interface.kernels if isinstance(k.form, RowBlock)]
-    names = []
-    for launch in rows:
-        for v in launch.variants:
-            if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
-                    or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
-                continue
-            names.append(v.name)
-            break
-    return "+".join(names) + (f" (+{len(f.compiled.interface.kernels) - len(rows)} more)"
-                              if len(f.compiled.interface.kernels) > len(rows) else "")
+    from fusec.passes.variants import variant_for_rows
+    kernels = f.compiled.interface.kernels
+    rows = [k for k in kernels if isinstance(k.form, RowBlock)]
+    names = [variant_for_rows(k.variants, length).name for k in rows]
+    return "+".join(names) + (f" (+{len(kernels) - len(rows)} more)" if len(kernels) > len(rows) else "")
 
 
 def minimum_bytes(pipeline, dims: dict[str, int]) -> int:

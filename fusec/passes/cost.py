@@ -62,6 +62,13 @@ def nominal_dims(shapes: Iterable[Shape], elements: int = NOMINAL_ELEMENTS) -> d
     return {d: share for shape in shapes for d in shape if isinstance(d, str)}
 
 
+def nominal_row(kernel: Kernel, dims: dict[str, float]) -> int:
+    """The length of a row kernel's rows with the named dims' sizes from
+    `nominal_dims` (its variant for that length is the one priced)."""
+    last = kernel.shape[-1] if kernel.shape else 1
+    return max(1, round(last if isinstance(last, int) else dims.get(last, 1)))
+
+
 def nominal_elements(shape: Shape, dims: dict[str, float]) -> int:
     """Elements of `shape` with the named dims' sizes from `nominal_dims`."""
     return max(1, round(math.prod(d if isinstance(d, int) else dims[d] for d in shape)))
@@ -143,13 +150,17 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     # a row kernel's column sums are stored once a run of rows, not an element
     moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
         sum(a.type.itemsize for a, at in kernel.stores if kernel.body.instrs[at].op != "col_partial")
-    loaded_per_thread = variant.elements_per_thread * sum(a.type.itemsize for a in kernel.loads if a.contiguous)
+    # a row held in registers: its vectors loaded in one burst (the next row's too, prefetching)
+    held = max(1, variant.row_resident) * (2 if variant.prefetch else 1)
+    loaded_per_thread = variant.elements_per_thread * held * \
+        sum(a.type.itemsize for a in kernel.loads if a.contiguous)
     spilled = max(0, variant.est_regs - MAX_REGS)
     moved_total = moved + 8 * spilled  # each spilled register: a 4-byte store and load an element
     in_flight_kib = warps * 32 * max(loaded_per_thread, 1) / 1024
     bandwidth = costs.copy_tb_per_s * (1 - math.exp(-in_flight_kib / costs.in_flight_kib))
     memory_us = elements * moved_total / (bandwidth * 1e12) * 1e6
-    efficiency = min(1.0, warps / costs.alu_full_warps)
+    # a thread holding its row computes its vectors' elements independently: as many warps' worth of latency hidden
+    efficiency = min(1.0, warps * max(1, variant.row_resident) / costs.alu_full_warps)
     compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6
     us = costs.launch_us + max(memory_us, compute_us) + costs.overlap * min(memory_us, compute_us)
     return Prediction(us, memory_us, compute_us, warps, moved)

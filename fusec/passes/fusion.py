@@ -22,11 +22,19 @@ from dataclasses import dataclass
 from fusec.ir.launch import RegisterLoop
 from fusec.ir.stages import Decision, StageGraph
 from fusec.passes.build_kernel import build_kernel
-from fusec.passes.cost import NOMINAL_ELEMENTS, Prediction, nominal_dims, nominal_elements, predict, target_costs
+from fusec.passes.cost import (
+    NOMINAL_ELEMENTS,
+    Prediction,
+    nominal_dims,
+    nominal_elements,
+    nominal_row,
+    predict,
+    target_costs,
+)
 from fusec.passes.liveness import needed_after
 from fusec.passes.partitions import Context, Group, decisions_for, greedy, illegal, segments
 from fusec.passes.forms import form_of
-from fusec.passes.variants import plan_variants
+from fusec.passes.variants import plan_variants, variant_for_rows
 from fusec.target import DEFAULT_ARCH
 
 FUSE_MODES = ("auto", "all", "none")
@@ -203,7 +211,8 @@ class Pricer:
         else:
             kernel = build_kernel(graph, stages, set(self.ctx.stored(group)))
             form, repeats = form_of(kernel), count
-        variant = plan_variants(kernel, form, lambda buffer: 0, self.costs, self.observed.get(tuple(group)))[0]
+        variants = plan_variants(kernel, form, lambda buffer: 0, self.costs, self.observed.get(tuple(group)))
+        variant = variant_for_rows(variants, nominal_row(kernel, self.dims))
         iterations = count if isinstance(form, RegisterLoop) else 1
         prediction = predict(kernel, variant, nominal_elements(kernel.shape, self.dims), self.costs, iterations)
         return variant.est_regs, prediction, prediction.us * repeats

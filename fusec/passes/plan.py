@@ -33,11 +33,11 @@ from fusec.ir.launch import (
 from fusec.ir.program import Pipeline
 from fusec.ir.stages import Loop, StageGraph
 from fusec.passes.build_kernel import build_kernel
-from fusec.passes.cost import nominal_dims, nominal_elements, predict, target_costs
+from fusec.passes.cost import nominal_dims, nominal_elements, nominal_row, predict, target_costs
 from fusec.passes.forms import count_of, form_of
 from fusec.passes.fusion import Partition, observed_registers
 from fusec.passes.liveness import live_stages, needed_after
-from fusec.passes.variants import plan_variants
+from fusec.passes.variants import plan_variants, variant_for_rows
 from fusec.types import I64
 
 
@@ -84,7 +84,8 @@ def plan_launches(pipeline: Pipeline, graph: StageGraph, partition: Partition, o
         form = form_of(kernel, options.multi_tensor, options.grid_stride, loops.get(k), slots)
         variants = plan_variants(kernel, form, slots.__getitem__, costs, observed.get(tuple(partition.groups[k])))
         iterations = form.count if isinstance(form, RegisterLoop) and isinstance(form.count, int) else 1
-        prediction = predict(kernel, variants[0], nominal_elements(kernel.shape, dims), costs, iterations)
+        priced = variant_for_rows(variants, nominal_row(kernel, dims))
+        prediction = predict(kernel, priced, nominal_elements(kernel.shape, dims), costs, iterations)
         launches.append(KernelLaunch(kernel, form, variants, _params(kernel, form, slots), prediction))
     notes = tuple(d for d in partition.decisions if d.kernel < 0)
     return LaunchInterface(signature, tuple(launches), steps, options.fused, options.max_regs, options.arch, notes,

@@ -64,6 +64,18 @@ def kernel_registers(kernel: Kernel, form: Form = Elementwise(), elements_per_th
     return estimate_kernel(kernel, variant_shape(form, elements_per_thread))
 
 
+def variant_for_rows(variants: tuple[Variant, ...], length: int) -> Variant:
+    """The variant the runtime takes for rows of `length` elements, its arrays
+    aligned (the runtime's order: the first whose needs hold); for a kernel
+    that is not a row kernel, its first."""
+    for v in variants:
+        if (v.max_row is not None and length > v.max_row) or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES) \
+                or (v.whole_rows and length % v.elements_per_thread):
+            continue
+        return v
+    return variants[-1]
+
+
 def vector_width(kernel: Kernel, scalar_regs: int) -> int:
     """Elements a thread of the vector variant takes: 16 bytes of the widest array
     it moves, up to 32 where a light kernel's narrow arrays would move less."""
