@@ -173,3 +173,73 @@ def test_the_guard_observes_nothing_of_a_function_its_report_lacks():
     assert [o.group for o in seen] == [tuple(g) for g in compiled.partition.groups[1:]]
     reasons = guard.surprises(compiled, seen)
     assert len(reasons) == len(names) - 1 and all(names[0] not in r for r in reasons)
+
+
+def test_nominal_dims_share_the_elements_among_the_space_of_most_named_dims():
+    """cross_entropy's first statements are over [rows, 1] and [rows, vocab]: the
+    nominal 2^26 elements are [rows, vocab]'s, 8192 x 8192 (the longest shape
+    first met, [rows, 1], gave rows all 2^26 and vocab as much: the row kernels
+    were priced over 2^52 elements, 10^10 µs)."""
+    from fusec.passes.cost import nominal_dims
+    from fusec.passes.fusion import ranked_partitions
+    from fusec.passes.lower import lower
+    assert nominal_dims([("rows", 1), ("rows", "vocab"), (128, 1), (1,)]) == {"rows": 8192.0, "vocab": 8192.0}
+    assert nominal_dims([(4, "n"), ("n",)]) == {"n": 2.0 ** 24}
+    p = fusec.frontend.load(str(ROOT / "examples/cross_entropy.fz"))
+    graph = lower(p, p.pipelines[0])
+    assert nominal_dims(s.shape for s in graph.stages) == {"rows": 8192.0, "vocab": 8192.0}
+    # the whole pipeline reads 2^26 logits once or a few times: milliseconds at most, not 10^10 µs
+    assert ranked_partitions(graph)[0][0] < 10_000
+
+
+def _decision_quality():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("decision_quality", ROOT / "benchmarks" / "decision_quality.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # no CuPy at import
+    return module
+
+
+def test_decision_quality_plans_its_random_partitions_to_the_time_left():
+    dq = _decision_quality()
+    entries = [((("a",),), "model's pick", 1000.0), ((("b",),), "unfused", 3000.0)] + \
+        [(((f"r{i}",),), "random", 2000.0) for i in range(dq.MAX_RANDOM)] + [((("t",),), "random (model top 5)", 900.0)]
+    assert len(dq.kept_candidates(entries, 3)) == 2 + 3
+    assert [e[1] for e in dq.kept_candidates(entries, 0)] == ["model's pick", "unfused"]
+    full, none = dq.projected_seconds(entries, dq.MAX_RANDOM), dq.projected_seconds(entries, 0)
+    assert full > none > 0
+    # a long call is timed in fewer repetitions, each a call; a short one in loops of REP_SECONDS
+    assert dq.pass_seconds(50_000) < 6 * 0.05 and dq.pass_seconds(100) >= dq.REPS * dq.REP_SECONDS
+    assert dq.plan_randoms([entries, entries], 2 * full + 1, 1.0) == dq.MAX_RANDOM
+    assert dq.plan_randoms([entries, entries], 2 * none + 1, 1.0) == 0
+    middle = dq.plan_randoms([entries], (full + none) / 2, 1.0)
+    assert 0 < middle < dq.MAX_RANDOM
+    assert dq.projected_seconds(entries, middle) <= (full + none) / 2 < dq.projected_seconds(entries, middle + 1)
+
+
+def test_decision_quality_summary_of_a_shard(capsys):
+    """The table from a shard's record: the pick against the fastest in the second
+    pass and on the median of passes, the tuned pick, tau-b over pairs apart by
+    more than the noise."""
+    dq = _decision_quality()
+
+    def candidate(groups, how, predicted, times, tuned=False):
+        return {"groups": groups, "how": how, "ok": True, "tuned": tuned, "predicted": predicted,
+                "predicted_ptxas": predicted, "t0": times[0], "t1": times[1], "final": sorted(times)[len(times) // 2]}
+    pipeline = {"pipeline": "p", "dtype": "f32", "close": 2, "randoms": 1, "candidates": [
+        candidate([[0, 1]], "model's pick", 100.0, (100.0, 108.0, 100.0, 100.0)),
+        candidate([[0], [1]], "neighbour of the pick", 110.0, (103.0, 104.0, 103.0, 104.0), tuned=True),
+        candidate([[1], [0]], "random", 200.0, (200.0, 201.0)),
+    ]}
+    shard = {"shard": "0/1", "device": "none", "elapsed": 1.0, "randoms_planned": 1, "max_random": 40,
+             "not_measured": [], "probe": [], "pipelines": [pipeline]}
+    dq.summary([shard])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| p |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == "3 (0; 1)"
+    assert cells[3] == "1.038" and cells[4] == "1.000"  # 108 / 104 on the second pass; the fastest on the medians
+    assert cells[6] == "1.000, 1.040"  # the tuned pick: the tune set's fastest in the first pass
+    # the second pass puts the pick 3.8 % behind its neighbour (the model: ahead), the median of passes ahead
+    assert cells[9] == "0.33 (3)" and cells[10] == "1.00, 0.33"
+    assert "Picks within 5 % (second pass): 1 of 1" in out

@@ -103,3 +103,28 @@ def test_estimates_by_form_differ_where_ptxas_does(corpus):
     pairs = [(k["scalar"], k["vector"]) for k in by_kernel.values() if "scalar" in k and "vector" in k]
     assert len(pairs) >= 100
     assert all(v.estimate > s.estimate for s, v in pairs if usage[v.name].registers > usage[s.name].registers + 4)
+
+
+def test_the_decision_record_reads_each_functions_machine_code_bytes():
+    """benchmarks/decision_quality.py keeps each kernel's SASS bytes (from the
+    cubin's .text sections) beside its registers: a deep chain's 16-byte vector
+    variant unrolls its elements, so its code is several times the one-element
+    variant's (the deep32 bf16 miss: one kernel of 120 KiB against two of 60)."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    from fusec.compiler import compile_pipeline
+    from fusec.errors import Source
+    from fusec.frontend import check_source
+    from fusec.runtime.backends.cuda import compile_module
+    spec = importlib.util.spec_from_file_location("decision_quality", ROOT / "benchmarks" / "decision_quality.py")
+    dq = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dq)
+    compiled = compile_pipeline(check_source(Source("deep", dq.deep(12, "bf16"))), "deep12")
+    sizes = dq.sass_bytes(compile_module(compiled.cuda, "sm_90", native=True))
+    (launch,) = compiled.interface.kernels
+    vector, scalar = (next(v.name for v in launch.variants if (v.elements_per_thread > 1) == wide) for wide in (True, False))
+    assert set(sizes) == {v.name for v in launch.variants}
+    assert sizes[vector] > 3 * sizes[scalar] > 0
+    assert dq.sass_bytes(b"// PTX, not a cubin") == {}

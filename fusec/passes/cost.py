@@ -52,10 +52,13 @@ NOMINAL_ELEMENTS = 2 ** 26
 
 def nominal_dims(shapes: Iterable[Shape], elements: int = NOMINAL_ELEMENTS) -> dict[str, float]:
     """Sizes for named dims where only a total is known: the iteration space of
-    most dims holds `elements`, shared equally among its named dims (a literal
-    dim is its own size); a name it lacks gets the same share."""
+    most named dims (then most dims) holds `elements`, shared equally among its
+    named dims (a literal dim is its own size); a name it lacks gets the same
+    share. Named dims first: a row's result [rows, 1] beside the rows
+    [rows, vocab] is not the widest space (taken for it, rows alone held all
+    the elements and [rows, vocab] their square)."""
     shapes = list(shapes)
-    widest = max(shapes, key=len, default=())
+    widest = max(shapes, key=lambda s: (sum(isinstance(d, str) for d in s), len(s)), default=())
     named = [d for d in widest if isinstance(d, str)]
     literal = math.prod(d for d in widest if isinstance(d, int))
     share = max(1.0, elements / max(literal, 1)) ** (1 / len(named)) if named else 1.0
