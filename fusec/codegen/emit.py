@@ -549,6 +549,14 @@ class _KernelEmitter:
                 mine = f"{acc}[{slot}].v[{element}]"
                 final["lines"].append(f"{mine} = fz_add_rn({mine}, {value});")
                 store.append(f"{out} = {store_expr(a.type, mine)};")
+            elif width > 1:  # the thread's vector of each sum read, added to and written whole (coalesced)
+                zero.append(f"{out} = ({t})0;")
+                at_vector = f"{array} + {chunk} * {length} + {first}"
+                vec = namer.fresh(f"{array}_v")
+                final["pre"].append(f"fz_vec<{t}, {width}> {vec} = *reinterpret_cast<const fz_vec<{t}, {width}>*>("
+                                    f"{at_vector});")
+                final["lines"].append(f"{vec}.v[{element}] = fz_add_rn({vec}.v[{element}], {value});")
+                final["stores"].append(f"*reinterpret_cast<fz_vec<{t}, {width}>*>({at_vector}) = {vec};")
             else:
                 zero.append(f"{out} = ({t})0;")
                 final["lines"].append(f"{out} = fz_add_rn({out}, {value});")
