@@ -126,3 +126,26 @@ def test_close_candidates_are_refined_on_ptxas_registers(tmp_path, monkeypatch):
         real = next((o.regs for o in seen if o.group == tuple(group)
                      and o.elements_per_thread == launch.variants[0].elements_per_thread), None)
         assert real is None or real == report[launch.variants[0].name]["regs"]
+
+
+def test_a_compile_leaves_the_processs_one_byte_bytes_alone():
+    """NVRTC's empty log of a PTX compile (one NUL), written into a `bytes` of one byte,
+    wrote into CPython's b" " that the whole process shares (tests/test_nvrtc_buffers.py
+    says what that broke). A PTX compile and a cubin compile in a process of their own
+    (the damage lasts for the process): b" " is itself after both, and a one-space
+    separator prints as a space."""
+    import subprocess
+    import sys
+    code = """
+from fusec.runtime.backends import cuda
+source = 'extern "C" __global__ void k(float* y) { y[0] = 1.0f; }'
+ptx, ptx_log = cuda.nvrtc_compile(source, cuda._options("sm_80", False, False), False)
+cubin, cubin_log = cuda.nvrtc_compile(source, cuda._options("sm_90", True, False), True)
+print(list(b" "), list(bytes([32])), repr(ptx_log), ptx.startswith(b"//"), cubin.startswith(b"\\x7fELF"))
+print("a", "b")
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert result.stdout.decode().splitlines() == ["[32] [32] '' True True", "a b"]

@@ -150,7 +150,14 @@ def nvrtc_version() -> str:
 
 def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> tuple[bytes, str]:
     """NVRTC through NVIDIA's bindings: a cubin (native, with ptxas's report in the
-    log) or PTX, and the log; or a RuntimeError with the log."""
+    log) or PTX, and the log; or a RuntimeError with the log.
+
+    NVRTC writes the log, the PTX and the cubin into the buffers it is handed: each a
+    bytearray of fusec's own. Never a `bytes` (immutable, and possibly shared): a PTX
+    compile's log is empty, one NUL, and `b" " * 1` is CPython's one-byte b" " that the
+    whole process shares; written there, every b" " read b"\\0" from then on (3.12's
+    tokenizer read f"{a} {b}" as "ab", so importing torch afterwards failed in its own
+    schemas, and one-space writes to a text stream printed NULs)."""
     from cuda.bindings import nvrtc
     program = nvrtc_checked(nvrtc.nvrtcCreateProgram(source.encode(), b"fusec_module.cu", 0, [], []))
     try:
@@ -158,16 +165,16 @@ def nvrtc_compile(source: str, options: tuple[str, ...], native: bool) -> tuple[
             [f"-I{d}".encode() for d in include_dirs()]
         error, = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
         size = nvrtc_checked(nvrtc.nvrtcGetProgramLogSize(program))
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(program, log)
-        log = log.decode(errors="replace").rstrip("\x00 ")
+        buffer = bytearray(size)
+        nvrtc_checked(nvrtc.nvrtcGetProgramLog(program, buffer))
+        log = buffer.decode(errors="replace").rstrip("\x00 ")
         if error:
             raise RuntimeError("NVRTC rejected the emitted module (a fusec bug):\n" + log)
         size_of, get = (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if native else \
             (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
-        code = b" " * nvrtc_checked(size_of(program))
+        code = bytearray(nvrtc_checked(size_of(program)))
         nvrtc_checked(get(program, code))
-        return code, log
+        return bytes(code), log
     finally:
         nvrtc.nvrtcDestroyProgram(program)
 
