@@ -1,7 +1,7 @@
 """Column sums held by the row kernel (RowBlock.chunks) against column sums in kernels of their own.
 
     PYTHONPATH=. python3 benchmarks/row_columns.py [--elements 2^26] [--lengths 1024,4096,16384]
-        [--examples rmsnorm,layernorm] [--dtypes f32,bf16] [--backend sim]
+        [--examples rmsnorm,layernorm] [--dtypes f32,bf16] [--ways apart,block,auto,...] [--backend sim]
 
 For each example's derived backward (`fusec compile --grad`, its first pipeline
 retyped to f32 and bf16) and row length: the backward with its weights' column
@@ -26,6 +26,7 @@ from fusec.bench.harness import chosen, dims_for, make_args, minimum_bytes
 from fusec.frontend import load
 from fusec.frontend.grad import backward_source
 
+GROUPS = variants.CHUNK_GROUPS  # the table as fusec has it
 COPY = r"""
 extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
 {
@@ -62,6 +63,12 @@ def warm(sources: list[str], arch: str) -> None:
         list(pool.map(_nvrtc, [(source, arch) for source in dict.fromkeys(sources)]))
 
 
+def settings(chosen_groups) -> None:
+    """A way's knobs: the sums apart (None), or the groups the row kernel may take."""
+    lower.ROW_COLUMN_SUMS = chosen_groups is not None
+    variants.CHUNK_GROUPS = GROUPS if chosen_groups is None else chosen_groups
+
+
 def main() -> None:
     backend = option("--backend", "cuda")
     elements = eval(option("--elements", "2^26" if backend == "cuda" else "2^12").replace("^", "**"))
@@ -75,9 +82,12 @@ def main() -> None:
         copy = xp.RawKernel(COPY, "fz_copy16")
     else:
         xp = np
-    groups = variants.CHUNK_GROUPS
+    groups = GROUPS
     ways = [("apart", None)] + [(f"r{g}x{r}{'p' if p else ''}", ((g, r, p),)) for g, r, p in groups] + \
         [("block", ()), ("auto", groups)]
+    if "--ways" in sys.argv:  # some of them: apart, block, auto, r64x4p, ...
+        wanted = option("--ways", "").split(",")
+        ways = [w for w in ways if w[0] in wanted]
     print(f"{elements} elements a call\n")
     print("| backward | type | row length | way | µs | % of copy | kernels |\n|---|---|---|---|---|---|---|")
     if backend == "cuda":
@@ -88,11 +98,10 @@ def main() -> None:
             for dtype in dtypes:
                 program = load(backward(example, dtype))
                 for way, chosen_groups in ways:
-                    lower.ROW_COLUMN_SUMS = chosen_groups is not None
-                    variants.CHUNK_GROUPS = groups if chosen_groups is None else chosen_groups
+                    settings(chosen_groups)
                     options = CompileOptions(fuse="auto" if way in ("apart", "auto") else "all", arch=device_arch())
                     sources.append(compile_pipeline(program, program.pipelines[0].name, options).cuda)
-        lower.ROW_COLUMN_SUMS, variants.CHUNK_GROUPS = True, groups
+        settings(groups)
         warm(sources, device_arch())
     for example in examples:
         for dtype in dtypes:
@@ -100,12 +109,11 @@ def main() -> None:
             pipeline = load(source).pipelines[0]
             compiled = []
             for way, chosen_groups in ways:
-                lower.ROW_COLUMN_SUMS = chosen_groups is not None
-                variants.CHUNK_GROUPS = groups if chosen_groups is None else chosen_groups
+                settings(chosen_groups)
                 f = fusec.jit(source, backend=backend, fuse="auto" if way in ("apart", "auto") else "all")
                 f.compiled  # compiled now, under this way's settings
                 compiled.append((way, f))
-            lower.ROW_COLUMN_SUMS, variants.CHUNK_GROUPS = True, groups
+            settings(groups)
             for length in lengths:
                 dims = dims_for(pipeline, elements, length)
                 args = make_args(xp, pipeline, dims, seed=3)
@@ -116,6 +124,7 @@ def main() -> None:
                     if backend == "cuda" else float("nan")
                 want = None
                 for way, f in compiled:
+                    settings(dict(ways)[way])  # its own, should a first call plan again (the guard)
                     got = [np.asarray(g.get() if hasattr(g, "get") else g, np.float64) for g in f(*args)]
                     if want is None:
                         want = got
@@ -133,7 +142,8 @@ def main() -> None:
                                                    for a in facts) + ")"
                     print(f"| {example} | {dtype} | {length} | {way} | {us:.1f} | {100 * copy_us / us:.1f} | "
                           f"{kernel} |", flush=True)
-    lower.ROW_COLUMN_SUMS, variants.CHUNK_GROUPS = True, groups
+                settings(groups)
+    settings(groups)
 
 
 if __name__ == "__main__":
