@@ -14,9 +14,9 @@ import pytest
 from helpers import ROOT
 
 pytest.importorskip("cuda.bindings.driver")
+pytestmark = pytest.mark.sim
 
 
-@pytest.mark.sim
 @pytest.mark.skipif(shutil.which("cc") is None, reason="the stub driver needs a C compiler")
 @pytest.mark.parametrize("entry", ["ex", "plain"])
 def test_replayed_launches_through_the_bindings_are_the_checked_paths(entry):
@@ -26,7 +26,6 @@ def test_replayed_launches_through_the_bindings_are_the_checked_paths(entry):
     assert "0 failed" in result.stdout and result.stdout.count("ok: ") == 10
 
 
-@pytest.mark.sim
 @pytest.mark.skipif(shutil.which("cc") is None, reason="the stub driver needs a C compiler")
 def test_the_launch_floor_benchmark_runs_through_on_stand_ins():
     """benchmarks/launch_floor.py end to end but for its torch rows (no CUDA here): every
