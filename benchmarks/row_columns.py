@@ -27,14 +27,6 @@ from fusec.frontend import load
 from fusec.frontend.grad import backward_source
 
 GROUPS = variants.CHUNK_GROUPS  # the table as fusec has it
-COPY = r"""
-extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
-{
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i];
-}
-"""
-
 
 def option(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
@@ -78,8 +70,7 @@ def main() -> None:
     if backend == "cuda":
         import cupy as xp
 
-        from fusec.bench.harness import time_gpu
-        copy = xp.RawKernel(COPY, "fz_copy16")
+        from fusec.bench.harness import time_copy, time_gpu
     else:
         xp = np
     groups = GROUPS
@@ -118,10 +109,7 @@ def main() -> None:
                 dims = dims_for(pipeline, elements, length)
                 args = make_args(xp, pipeline, dims, seed=3)
                 traffic = minimum_bytes(pipeline, dims)
-                words = traffic // 2 // 16  # half the traffic read, half written
-                src, dst = xp.empty(words * 4, xp.float32), xp.empty(words * 4, xp.float32)
-                copy_us = time_gpu(xp, lambda: copy((-(-words // 256),), (256,), (src, dst, np.int64(words)))) \
-                    if backend == "cuda" else float("nan")
+                copy_us = time_copy(xp, traffic) if backend == "cuda" else float("nan")
                 want = None
                 for way, f in compiled:
                     settings(dict(ways)[way])  # its own, should a first call plan again (the guard)

@@ -26,14 +26,6 @@ EXAMPLES = ["softmax", "log_softmax", "rmsnorm", "layernorm", "add_rmsnorm", "cr
 LENGTHS = [256, 1024, 4096, 16384, 65536, 262144]
 CHECK_ELEMENTS = 2 ** 20
 
-COPY = r"""
-extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n)
-{
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = src[i];
-}
-"""
-
 
 def option(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
@@ -70,8 +62,7 @@ def main() -> None:
     if backend == "cuda":
         import cupy as xp
 
-        from fusec.bench.harness import time_gpu
-        copy = xp.RawKernel(COPY, "fz_copy16")
+        from fusec.bench.harness import time_copy, time_gpu
     else:
         xp = np
     print(f"{elements} elements a call\n")
@@ -105,9 +96,7 @@ def main() -> None:
                     continue
                 args = labels_in_range(make_args(xp, pipeline, dims, seed=2), pipeline, xp)
                 us = time_gpu(xp, lambda: f(*args))
-                words = traffic // 2 // 16
-                src, dst = xp.empty(words * 4, xp.float32), xp.empty(words * 4, xp.float32)
-                copy_us = time_gpu(xp, lambda: copy((-(-words // 256),), (256,), (src, dst, np.int64(words))))
+                copy_us = time_copy(xp, traffic)
                 print(f"| {example} | {dtype} | {length} | {us:.1f} | {copy_us:.1f} | {traffic / us / 1e6:.2f} | "
                       f"{100 * copy_us / us:.1f} | {re.sub(r'^[a-z_0-9]+?_k', 'k', kernel)} |", flush=True)
 

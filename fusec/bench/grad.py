@@ -26,7 +26,6 @@ import time
 import numpy as np
 
 from fusec.bench.harness import (
-    _COPY,
     INNER,
     REP_SECONDS,
     REPS,
@@ -38,6 +37,7 @@ from fusec.bench.harness import (
     dims_for,
     make_args,
     minimum_bytes,
+    time_copy,
     time_gpu,
 )
 from fusec.bench.liger import liger_peer
@@ -64,7 +64,6 @@ class Device:
         if backend == "cuda":
             import cupy as cp
             self.xp, self.torch_device = cp, "cuda"
-            self._copy = cp.RawKernel(_COPY, "fz_copy16")
         else:
             self.xp, self.torch_device = np, "cpu"
 
@@ -76,12 +75,10 @@ class Device:
 
     def time_copy(self, nbytes: int) -> float:
         """µs of a copy moving `nbytes` (half read, half written)."""
-        xp = self.xp
-        words = max(1, nbytes // 32)  # float4s read, and as many written
-        src, dst = xp.ones(words * 4, xp.float32), xp.empty(words * 4, xp.float32)
         if self.backend == "cuda":
-            blocks = (-(-words // 256),)
-            return self.time(lambda: self._copy(blocks, (256,), (src, dst, np.int64(words))))
+            return time_copy(self.xp, nbytes)
+        words = max(1, nbytes // 32)
+        src, dst = np.ones(words * 4, np.float32), np.empty(words * 4, np.float32)
         return self.time(lambda: np.copyto(dst, src))
 
     def native(self, a):

@@ -177,6 +177,16 @@ extern "C" __global__ void fz_copy16(const float4* __restrict__ src, float4* __r
 '''
 
 
+def time_copy(cp, nbytes: int) -> float:
+    """µs of a 16-byte copy moving `nbytes` (half read, half written): the limit
+    a pipeline of that minimum traffic is held to."""
+    words = max(1, nbytes // 32)  # float4s read (and as many written)
+    src, dst = cp.empty(words * 4, cp.float32), cp.empty(words * 4, cp.float32)
+    src[...] = 1.0
+    copy = cp.RawKernel(_COPY, "fz_copy16")
+    return time_gpu(cp, lambda: copy((-(-words // 256),), (256,), (src, dst, np.int64(words))))
+
+
 class Bench:
     def __init__(self, program: Program, name: str, float_type: str, graph: bool = False, fuse: str = "auto",
                  row_length: int = INNER):
@@ -190,7 +200,6 @@ class Bench:
         # With graph=True, both forms again, each call one CUDA graph replay.
         self.graphs = {f"fusec {form}, graph": JitPipeline(program, name, JitOptions(fuse=fuse if form == "fused" else "none", backend="cuda", graph=True))
                        for form in ("fused", "unfused")} if graph else {}
-        self.copy = cp.RawKernel(_COPY, "fz_copy16")
         self.peers = self._peers()
 
     def _peers(self) -> dict:
@@ -262,11 +271,7 @@ class Bench:
             why = None if fn is None else self._check_peer(name, fn, size, args, fused_out)
             notes[name] = note if why is None else f"{note}; {why}" if note else why
         nbytes = self.minimum_bytes(dims)
-        words = max(1, nbytes // 32)  # float4s read (and as many written): the same bytes moved
-        src, dst = cp.empty(words * 4, cp.float32), cp.empty(words * 4, cp.float32)
-        src[...] = 1.0
-        blocks = (-(-words // 256),)
-        times = {"copy (16-byte, the limit)": time_gpu(cp, lambda: self.copy(blocks, (256,), (src, dst, np.int64(words))))}
+        times = {"copy (16-byte, the limit)": time_copy(cp, nbytes)}
         times["fusec fused"] = time_gpu(cp, lambda: self.fused(*args))
         times["fusec unfused"] = time_gpu(cp, lambda: self.unfused(*args))
         for label, pipeline in self.graphs.items():
