@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import jinja2
 
@@ -64,6 +65,30 @@ def emit_module(interface: LaunchInterface, source_name: str) -> str:
     return environment().get_template("module.cu.j2").render(
         source=source_name, pipeline=interface.pipeline, form="fused" if interface.fused else "unfused",
         kernels=kernels, helpers=helpers, includes=includes, fast_math=interface.fast_math)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowLoop:
+    """A row kernel variant's loop over a row: the C names of its row, its
+    element's column, a vector's first column and the element in it, the kept
+    vector's slot, the thread's place among the row's threads and whether its
+    row exists (several rows at a time), and its numbers: the row's length (an
+    expression), vectors kept a thread, elements a vector, rows a block takes at
+    a time, threads a block and threads a row."""
+
+    row: str
+    col: str
+    first: str | None
+    element: str | None
+    slot: str | None
+    thread: str
+    live: str | None
+    length: str
+    resident: int
+    width: int
+    at_once: int
+    block: int
+    threads: int
 
 
 class Refs(dict):
@@ -451,15 +476,14 @@ class _KernelEmitter:
                                for a, at in element_stores]
             final["stores"] = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                                f"= {out[a.buffer]};" for a, _ in element_stores]
-        chunked = self._column_sums(sums, final, namer, row, length, col, first, slot, element, resident, width,
-                                    at_once, block, threads, thread, live) if chunks else {}
+        loop = _RowLoop(row, col, first, element, slot, thread, live, length, resident, width, at_once, block,
+                        threads)
+        chunked = self._column_sums(sums, final, loop, namer) if chunks else {}
         if ahead:  # the run's first row's vectors before the loop, each next row's at its top
             loaded = [a for a in cached if a.value in ahead]
             chunked["head"] += [f"fz_vec<{a.type.c}, {width}> {ahead[a.value]}[{resident}];" for a in loaded]
-            chunked["head"] += self._prefetch(loaded, ahead, chunked["first_row"], chunked["end"], length, resident,
-                                              threads, thread, width, namer)
-            scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", chunked["end"], length, resident, threads,
-                                    thread, width, namer)
+            chunked["head"] += self._prefetch(loaded, ahead, chunked["first_row"], chunked["end"], loop, namer)
+            scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", chunked["end"], loop, namer)
         if width > 1:
             self.helpers.add("vec")
         if rank:
@@ -484,9 +508,7 @@ class _KernelEmitter:
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
                 "vector": width, "first": first, "element": element, "chunked": chunked}
 
-    def _column_sums(self, sums, final: dict, namer: Namer, row: str, length: str, col: str, first: str | None,
-                     slot: str | None, element: str | None, resident: int, width: int, at_once: int, block: int,
-                     threads: int, thread: str, live: str | None) -> dict:
+    def _column_sums(self, sums, final: dict, loop: _RowLoop, namer: Namer) -> dict:
         """A row kernel's column sums (RowBlock.chunks): its block takes a run of
         rows in order, `at_once` rows at a time, and each column's sum is added
         up in the rows' order, from 0 (as ColumnReduce's). A row at a time, a
@@ -498,6 +520,9 @@ class _KernelEmitter:
         chunks = self.launch.form.chunks
         self.helpers.add("columns")
         body = self.k.body.instrs
+        row, col, first, element, slot, thread, live, length = (
+            loop.row, loop.col, loop.first, loop.element, loop.slot, loop.thread, loop.live, loop.length)
+        resident, width, at_once, block, threads = loop.resident, loop.width, loop.at_once, loop.block, loop.threads
         chunk, per, start, end = (namer.fresh(n) for n in ("chunk", "per", "start", "end"))
         rows = " * ".join(self.extents[j] for j in range(len(self.k.extents) - 1)) or "1"
         head = [f"const long long {chunk} = blockIdx.x;",
@@ -566,11 +591,11 @@ class _KernelEmitter:
                 "store": store if at_once == 1 else [], "store_lines": store if at_once > 1 else [],
                 "first_row": start if at_once == 1 else f"{start} + {group}", "end": end}
 
-    def _prefetch(self, loaded, ahead: dict, row: str, end: str, length: str, resident: int, threads: int,
-                  thread: str, width: int, namer: Namer) -> list[str]:
+    def _prefetch(self, loaded, ahead: dict, row: str, end: str, loop: _RowLoop, namer: Namer) -> list[str]:
         """Lines loading row `row`'s vectors of the arrays `loaded` into their
         `ahead` registers, where that row is one of the run's (before `end`)."""
         slot, first = namer.fresh("r"), namer.fresh("c")
+        resident, threads, thread, width, length = loop.resident, loop.threads, loop.thread, loop.width, loop.length
         lines = [f"if ({row} < {end}) {{", "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
                  f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
                  f"        if ({first} < {length}) {{"]
