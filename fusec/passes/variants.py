@@ -245,8 +245,10 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
             out.append(Variant(f"{name}_r{group}x{rows}{'p' if prefetch else ''}{suffix}", w,
                                RowGrid(rows, block, 0, chunks), registers, max_row=capacity, row_resident=count,
                                prefetch=prefetch, **vector))
-        out.append(Variant(f"{name}{suffix}", w, RowGrid(1, CHUNK_BLOCK, 0, chunks),
-                           observed.get(w) or estimate(variant_shape(form, w)), **vector))
+        # its sums' vector of each array read, added to and written each pass, and the loop over the run of rows
+        registers = estimate(variant_shape(form, w)) + w * len(sums) + CHUNK_LOOP_REGS
+        out.append(Variant(f"{name}{suffix}", w, RowGrid(1, CHUNK_BLOCK, 0, chunks), observed.get(w) or registers,
+                           **vector))
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row or 0, v.elements_per_thread == 1)))
 
 
@@ -259,6 +261,11 @@ CHUNK_GROUPS = ((8, 32, True), (16, 16, True), (32, 8, True), (64, 4, True), (12
 # The threads of the block a row that reads its row again in each pass (rows longer
 # than a group holds): all the warps a multiprocessor can have behind its loads.
 CHUNK_BLOCK = 1024
+# Its registers beyond a block-a-row kernel's: the loop over the run of rows and
+# its bounds (ptxas, sm_90: 31-56 where the row kernel's terms and the sums'
+# vectors said 24-44, on tests/programs/columns.fz's norm_grads and
+# tests/test_row_columns_sim.py's program).
+CHUNK_LOOP_REGS = 8
 # Shared memory for the tile of the values a block's rows add to its columns' sums.
 CHUNK_TILE_BYTES = 32 * 1024
 
