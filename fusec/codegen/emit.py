@@ -556,7 +556,8 @@ class _KernelEmitter:
             out = f"{array}[{chunk} * {length} + {col}]"
             if at_once > 1:
                 acc, tile = namer.fresh("colsum"), namer.fresh("tile")
-                head += [f"__shared__ __align__(16) {t} {tile}[{at_once * capacity}];  // each row's values at a time",
+                aligned = max(16, body[at].type.compute.itemsize * width)  # as its vectors (fz_vec's alignas)
+                head += [f"__shared__ __align__({aligned}) {t} {tile}[{at_once * capacity}];  // each row's values at a time",
                          f"{t} {acc}[{held}] = {{}};  // zeros: the sums of the thread's columns"]
                 # a vector's values written whole (one access, no bank conflicts between its elements)
                 values = namer.fresh(f"{tile}_v")
