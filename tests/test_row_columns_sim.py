@@ -72,3 +72,17 @@ def test_the_cost_model_prices_the_sums_once_a_run_of_rows():
     light = replace(row.variants[-1], est_regs=32, grid=RowGrid(1, 256, 0, COLUMN_CHUNKS))
     assert predict(row.kernel, light, 2 ** 26, costs).warps == round(COLUMN_CHUNKS * 256 / 32 / costs.sms)
     assert predict(row.kernel, replace(light, grid=RowGrid(1, 256)), 2 ** 26, costs).warps == 64
+
+
+def test_a_column_sum_of_rows_of_one_element_is_summed_apart():
+    """Rows of a literal length 1 hold a value a row, not elements the row kernel
+    sums (the reviewer's crash: `--fuse all` raised KeyError('col_partial'))."""
+    source = """pipeline p(x: f32[rows, 1]) -> (y: f32[rows, 1], s: f32[1]) {
+    y = x - row_max(x);
+    s = col_sum(x * 1.5);
+}"""
+    x = np.random.default_rng(5).standard_normal((300, 1)).astype(np.float32)
+    fused = fusec.jit(source, backend="sim", fuse="all")
+    assert not any(isinstance(k.form, RowBlock) and k.form.chunks for k in fused.compiled.interface.kernels)
+    for got, want in zip(fused(x), fusec.jit(source, backend="numpy")(x)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

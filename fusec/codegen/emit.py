@@ -482,8 +482,9 @@ class _KernelEmitter:
         if ahead:  # the run's first row's vectors before the loop, each next row's at its top
             loaded = [a for a in cached if a.value in ahead]
             chunked["head"] += [f"fz_vec<{a.type.c}, {width}> {ahead[a.value]}[{resident}];" for a in loaded]
-            chunked["head"] += self._prefetch(loaded, ahead, chunked["first_row"], chunked["end"], loop, namer)
-            scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", chunked["end"], loop, namer)
+            first_row, start, end = chunked["first_row"], chunked["start"], chunked["end"]
+            chunked["head"] += self._prefetch(loaded, ahead, first_row, start, end, loop, namer)
+            scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", start, end, loop, namer)
         if width > 1:
             self.helpers.add("vec")
         if rank:
@@ -590,18 +591,22 @@ class _KernelEmitter:
             after += closing
         return {"chunks": chunks, "head": head, "open": opening, "after": after, "zero": zero,
                 "store": store if at_once == 1 else [], "store_lines": store if at_once > 1 else [],
-                "first_row": start if at_once == 1 else f"{start} + {group}", "end": end}
+                "first_row": start if at_once == 1 else f"{start} + {group}", "start": start, "end": end}
 
-    def _prefetch(self, loaded, ahead: dict, row: str, end: str, loop: _RowLoop, namer: Namer) -> list[str]:
+    def _prefetch(self, loaded, ahead: dict, row: str, start: str, end: str, loop: _RowLoop,
+                  namer: Namer) -> list[str]:
         """Lines loading row `row`'s vectors of the arrays `loaded` into their
-        `ahead` registers, where that row is one of the run's (before `end`)."""
-        slot, first = namer.fresh("r"), namer.fresh("c")
+        `ahead` registers; past the run's last row (before `end`), that last row
+        again, as a group past it computes it (where the run has rows: from `start`)."""
+        slot, first, taken = namer.fresh("r"), namer.fresh("c"), namer.fresh("ahead_row")
         resident, threads, thread, width, length = loop.resident, loop.threads, loop.thread, loop.width, loop.length
-        lines = [f"if ({row} < {end}) {{", "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
+        lines = [f"if ({start} < {end}) {{",
+                 f"    const long long {taken} = {row} < {end} ? {row} : {end} - 1;",
+                 "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
                  f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
                  f"        if ({first} < {length}) {{"]
         lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
-                  f"{self.buffers[a.buffer]} + ({row}) * {length} + {first});" for a in loaded]
+                  f"{self.buffers[a.buffer]} + {taken} * {length} + {first});" for a in loaded]
         return lines + ["        }", "    }", "}"]
 
     def _column_variant(self, chunks: int) -> dict:

@@ -102,8 +102,9 @@ def assign_rows(graph: StageGraph) -> StageGraph:
             rows = next(((lead, length) for lead, length in spaces
                          if stage.shape[:-1] == lead and stage.shape[-1] in (length, 1)), None)
         elif stage.reduce == "col_partial" and ROW_COLUMN_SUMS and graph.loop_of(index) < 0 and len(stage.shape) == 2:
+            # (a row of a literal length 1 is a value per row, not elements the row kernel sums)
             rows = next(((lead, length) for lead, length in spaces
-                         if len(lead) == 1 and stage.shape == lead + (length,)), None)
+                         if len(lead) == 1 and length != 1 and stage.shape == lead + (length,)), None)
         stages.append(replace(stage, rows=rows) if rows else stage)
     return replace(graph, stages=tuple(stages))
 
