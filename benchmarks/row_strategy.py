@@ -87,15 +87,9 @@ def main() -> None:
 
 def _chosen(f, length: int) -> str:
     """The variant of the row kernel the runtime takes for rows of `length` (arrays aligned)."""
-    from fusec.target import ROW_CACHE_BYTES
     (launch,) = [k for k in f.compiled.interface.kernels if k.variants[0].max_row is not None][:1] or \
         f.compiled.interface.kernels[:1]
-    for v in launch.variants:
-        if (v.whole_rows and length % v.elements_per_thread) or (v.max_row is not None and length > v.max_row) \
-                or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES):
-            continue
-        return v.name
-    return "?"
+    return next((v.name for v in launch.variants if v.takes_rows(length)), "?")
 
 
 if __name__ == "__main__":

@@ -193,8 +193,8 @@ def test_the_row_is_kept_in_shared_memory_where_it_fits(length, variant, monkeyp
     np.testing.assert_allclose(y, want[0], rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(s, want[1], rtol=2e-4)
     if "cached" in variant:  # the kernel reading its row from memory in each pass: the same bits
-        import fusec.runtime.executor as executor
-        monkeypatch.setattr(executor, "ROW_CACHE_BYTES", 0)
+        import fusec.ir.launch as launch  # where Variant.takes_rows reads it
+        monkeypatch.setattr(launch, "ROW_CACHE_BYTES", 0)
         g = fusec.jit(source, backend="sim")
         again = g(x, w)
         assert g._runner.backend.launched[-1] == "p_k0_v4"
@@ -271,8 +271,8 @@ def test_rows_are_held_in_registers_by_a_warp_or_a_block_up_to_what_their_vector
     family = {"_r32_": "warp", "_r256_": "block"}.get(re.sub(r".*(_r\d+_).*", r"\1", variant))
     if family and not re.search(r"_c\d+_r", variant):  # a cluster's threads combine in another order
         force(monkeypatch, family)
-        import fusec.runtime.executor as executor
-        monkeypatch.setattr(executor, "ROW_CACHE_BYTES", 0)
+        import fusec.ir.launch as launch  # where Variant.takes_rows reads it
+        monkeypatch.setattr(launch, "ROW_CACHE_BYTES", 0)
         g = fusec.jit(source, backend="sim")
         again = g(x)
         assert launched_strategy(g) == family and "cached" not in g._runner.backend.launched[-1]

@@ -401,7 +401,7 @@ class _KernelEmitter:
                     "live": None}
 
         scope += per_row(0)
-        sums = [(a, at) for a, at in k.stores if body[at].op == "col_partial"]
+        sums = k.column_sums
         element_stores = [(a, at) for a, at in k.stores if a.present[-1] and (a, at) not in sums]
         rounds = range(1, schedule.reductions + 1)
         sets = list(schedule.passes)

@@ -173,6 +173,12 @@ class Kernel:
         return self.loads + tuple(a for a, _ in self.stores)
 
     @property
+    def column_sums(self) -> tuple[tuple[Access, int], ...]:
+        """The stores of partial column sums ("col_partial"): a run of rows' sums
+        of each column, not a value of each element."""
+        return tuple((a, at) for a, at in self.stores if self.body.instrs[at].op == "col_partial")
+
+    @property
     def needs_coordinates(self) -> bool:
         """Whether some operand is read along only some dims (a broadcast needing index
         arithmetic), or the body takes an element's place along the last dim."""

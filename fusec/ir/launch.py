@@ -26,6 +26,7 @@ from typing import NoReturn, Union
 from fusec.ir.kernels import Kernel
 from fusec.ir.program import Dim, Pipeline, Repeat, Shape
 from fusec.ir.stages import Decision
+from fusec.target import ROW_CACHE_BYTES
 from fusec.types import ScalarType
 
 # ---- forms -------------------------------------------------------------------
@@ -168,6 +169,14 @@ class Variant:
     max_row: int | None = None
     row_resident: int = 0
     prefetch: bool = False
+
+    def takes_rows(self, length: int) -> bool:
+        """Whether rows of `length` elements meet this variant's needs of them
+        (whole vectors, a shared-memory cache that fits, a longest row); its
+        arrays' alignment is the caller's to check."""
+        return not ((self.whole_rows and length % self.elements_per_thread)
+                    or (self.row_cache and length * self.row_cache > ROW_CACHE_BYTES)
+                    or (self.max_row is not None and length > self.max_row))
 
 
 def cluster_blocks(variant: Variant) -> int:

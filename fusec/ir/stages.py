@@ -56,7 +56,7 @@ class Stage:
         elements), or their rows' where they have some (a row kernel adds them
         up as it takes its rows); its finish, over the partial sums, shares its
         kernel with no other stage."""
-        if self.column and not (self.reduce == "col_partial" and self.rows):
+        if self.column and not self.rows:  # (only partial sums are given rows: passes.lower.assign_rows)
             return ("elements", self.shape) if self.reduce == "col_partial" else ("columns", self.name)
         return ("rows",) + self.rows if self.rows else ("elements", self.shape)
 

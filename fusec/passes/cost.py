@@ -152,7 +152,7 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
         warps = max(1, min(warps, round(grid.chunks * (grid.threads or BLOCK_WARPS * 32) / 32 / costs.sms)))
     # a row kernel's column sums are stored once a run of rows, not an element
     moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
-        sum(a.type.itemsize for a, at in kernel.stores if kernel.body.instrs[at].op != "col_partial")
+        sum(a.type.itemsize for a, at in kernel.stores if (a, at) not in kernel.column_sums)
     # a row held in registers: its vectors loaded in one burst (the next row's too, prefetching)
     held = max(1, variant.row_resident) * (2 if variant.prefetch else 1)
     loaded_per_thread = variant.elements_per_thread * held * \

@@ -68,12 +68,7 @@ def variant_for_rows(variants: tuple[Variant, ...], length: int) -> Variant:
     """The variant the runtime takes for rows of `length` elements, its arrays
     aligned (the runtime's order: the first whose needs hold); for a kernel
     that is not a row kernel, its first."""
-    for v in variants:
-        if (v.max_row is not None and length > v.max_row) or (v.row_cache and length * v.row_cache > ROW_CACHE_BYTES) \
-                or (v.whole_rows and length % v.elements_per_thread):
-            continue
-        return v
-    return variants[-1]
+    return next((v for v in variants if v.takes_rows(length)), variants[-1])
 
 
 def vector_width(kernel: Kernel, scalar_regs: int) -> int:
@@ -212,9 +207,10 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
     Last, a block a row (its own columns' sums kept in their array), first as
     vectors, then one element a thread."""
     name, chunks = kernel.name, form.chunks
-    sums = [ins for ins in kernel.body.instrs if ins.op == "col_partial"]
+    sums = [kernel.body.instrs[at] for _, at in kernel.column_sums]
     sum_bytes = sum(ins.type.compute.itemsize for ins in sums)
-    varying = [a.type.itemsize for a in kernel.accesses if a.present[-1] and not column_store(kernel, a)]
+    summed = {a for a, _ in kernel.column_sums}
+    varying = [a.type.itemsize for a in kernel.accesses if a.present[-1] and a not in summed]
     width = VECTOR_BYTES // max(varying) if varying else 1
     cached = row_schedule(kernel).cached_loads(kernel)
     kept = sum(max(a.type.itemsize, 4) for a in cached)
@@ -269,11 +265,6 @@ CHUNK_BLOCK = 1024
 CHUNK_LOOP_REGS = 8
 # Shared memory for the tile of the values a block's rows add to its columns' sums.
 CHUNK_TILE_BYTES = 32 * 1024
-
-
-def column_store(kernel: Kernel, access) -> bool:
-    """Whether `access` stores a row kernel's column sums (not a value of each element)."""
-    return any(a is access and kernel.body.instrs[at].op == "col_partial" for a, at in kernel.stores)
 
 
 # A row held in registers: the registers its elements take, per element a thread

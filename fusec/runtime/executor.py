@@ -42,7 +42,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.runtime.binder import ArrayKind, ArrayModel, Binder, BoundCall, allocate, concrete, size_of
-from fusec.target import BLOCK_SIZE, ROW_CACHE_BYTES
+from fusec.target import BLOCK_SIZE
 
 
 class Backend(Protocol):
@@ -379,12 +379,9 @@ class Executor:
         """The first variant whose arrays are aligned as it needs (and, with
         broadcasts, whose rows hold whole vectors); the last needs nothing."""
         pointer = self.backend.pointer
+        length = extents[-1] if extents else 0  # (a kernel of no dims has no rows to need anything of)
         for variant, block in kernel.variants:
-            if variant.whole_rows and extents[-1] % variant.elements_per_thread:
-                continue
-            if variant.row_cache and extents[-1] * variant.row_cache > ROW_CACHE_BYTES:
-                continue
-            if variant.max_row is not None and extents[-1] > variant.max_row:
+            if not variant.takes_rows(length):
                 continue
             if variant.row_resident and block < block_threads(variant, BLOCK_SIZE):
                 continue  # its rows are at most its vectors of all its threads
