@@ -68,6 +68,39 @@ def test_just_under_and_just_over_a_pressure_point():
     assert kernels(255, spilled=800) == 2  # spilling: split too
 
 
+def test_a_chain_past_the_instruction_caches_splits_in_two():
+    """On the H200 a deep chain's time a stage grows once its machine code passes
+    about 64 KiB (the probe, BENCHMARKS.md): 32 stages of bf16 in one kernel (124 KiB
+    of SASS) ran 1,269 µs against 1,199 for two kernels of 16, where the memory the
+    split adds hides under the arithmetic. The f32 chain's code is half as long (4
+    elements a thread, not 8): it stays one kernel, as does the 16-stage bf16 one."""
+    dq = _decision_quality()
+
+    def kernels(depth, dtype):
+        c = compile_pipeline(program(dq.deep(depth, dtype)), f"deep{depth}")
+        return sorted(len(g) for g in c.partition.groups)
+    assert kernels(32, "bf16") == [16, 16]
+    assert kernels(16, "bf16") == [16]
+    assert kernels(32, "f32") == [32]
+
+
+def test_the_code_slowdown_starts_past_the_free_code_and_is_capped():
+    from fusec.ir.launch import Elementwise
+    from fusec.passes.cost import code_slowdown, compute_ps
+    costs = target_costs("sm_90")
+    c = compile_pipeline(program(_decision_quality().deep(32, "bf16")), "deep32", CompileOptions(fuse="all"))
+    (launch,) = c.interface.kernels
+    assert isinstance(launch.form, Elementwise)
+    kernel, variant = launch.kernel, launch.variants[0]
+    kib = costs.code_bytes_per_ps * compute_ps(kernel, costs) * variant.elements_per_thread / 1024
+    assert kib > costs.code_free_kib
+    assert code_slowdown(kernel, variant, costs) == pytest.approx(1 + costs.code_per_kib * (kib - costs.code_free_kib))
+    one = replace(variant, elements_per_thread=1)  # an eighth of the code: under the free size
+    assert code_slowdown(kernel, one, costs) == 1.0
+    huge = replace(variant, elements_per_thread=1024)
+    assert code_slowdown(kernel, huge, costs) == 1 + costs.code_max
+
+
 def test_the_guard_plans_again_where_ptxas_surprises_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     p = program(wide(12))

@@ -5,6 +5,7 @@ the launch order; arrays are assumed aligned):
 
     memory  = bytes(N) / BW(KiB of loads in flight per SM)
     compute = N * sum(op costs) * op_scale / min(1, warps per SM / alu_full_warps)
+    compute *= 1 + min(code_max, code_per_kib * max(0, code KiB - code_free_kib))
     time    = launch + max(memory, compute) + overlap * min(memory, compute)
 
 - occupancy: warps per SM from the variant's register estimate (registers are
@@ -21,6 +22,11 @@ the launch order; arrays are assumed aligned):
   chains): on the H200 a wide transcendental kernel at 32 warps ran 1.22x the
   time of the same work at 40 (the decision-quality run; op_scale, overlap and
   alu_full_warps are fitted to its 2058 timed partitions);
+- machine code beyond the instruction caches: on the H200 a deep chain's time
+  a stage grows with its SASS past about 64 KiB (f32 +4 % at 91 KiB, bf16 +8 %
+  at 176 KiB: the probe of benchmarks/decision_quality.py, BENCHMARKS.md); the
+  code is estimated before compiling as code_bytes_per_ps bytes per picosecond
+  of arithmetic an element, times the elements a thread computes;
 - a register estimate beyond 255 spills: each register beyond is a store and
   a load of 4 bytes an element through local memory.
 
@@ -95,6 +101,10 @@ class TargetCosts:
     overlap: float               # the share of the shorter of memory and compute that does not overlap
     alu_full_warps: float        # warps per SM from which arithmetic runs at its full rate
     op_scale: float              # the op table's figures in a fused kernel (fitted)
+    code_bytes_per_ps: float     # SASS bytes per picosecond of arithmetic an element a thread computes
+    code_free_kib: float         # machine code that runs at full speed
+    code_per_kib: float          # arithmetic's slowdown per KiB of code beyond
+    code_max: float              # the largest slowdown (beyond the probe's range)
     op_ps: dict                  # {"f32"|"f64": {op: picoseconds per element}}
     default_op_ps: float         # an op not in the table (a compare, a select, a cast)
     measured: str
@@ -117,7 +127,9 @@ def target_costs(arch: str, fast_math: bool = False) -> TargetCosts:
         max_warps_per_sm=warps, copy_tb_per_s=data["model"]["copy_tb_per_s"],
         in_flight_kib=data["model"]["in_flight_kib"], launch_us=data["model"]["launch_us"],
         overlap=data["model"]["overlap"], alu_full_warps=data["model"]["alu_full_warps"],
-        op_scale=data["model"]["op_scale"],
+        op_scale=data["model"]["op_scale"], code_bytes_per_ps=data["model"]["code_bytes_per_ps"],
+        code_free_kib=data["model"]["code_free_kib"], code_per_kib=data["model"]["code_per_kib"],
+        code_max=data["model"]["code_max"],
         op_ps=_op_table(data, fast_math), default_op_ps=data["model"]["default_op_ps"],
         measured=data["measured"] if not stated else f"sm_90's figures (no measurement for {arch})")
     return costs
@@ -143,6 +155,12 @@ def compute_ps(kernel: Kernel, costs: TargetCosts) -> float:
     return total * costs.op_scale
 
 
+def code_slowdown(kernel: Kernel, variant: Variant, costs: TargetCosts) -> float:
+    """The factor on a kernel's arithmetic time for machine code past the instruction caches."""
+    kib = costs.code_bytes_per_ps * compute_ps(kernel, costs) * variant.elements_per_thread / 1024
+    return 1 + min(costs.code_max, costs.code_per_kib * max(0.0, kib - costs.code_free_kib))
+
+
 def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts, iterations: int = 1) -> Prediction:
     """The predicted time of `variant` of `kernel` over `elements` elements (a
     loop kernel computing its body `iterations` times in registers)."""
@@ -164,7 +182,8 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     memory_us = elements * moved_total / (bandwidth * 1e12) * 1e6
     # a thread holding its row computes its vectors' elements independently: as many warps' worth of latency hidden
     efficiency = min(1.0, warps * max(1, variant.row_resident) / costs.alu_full_warps)
-    compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6
+    compute_us = elements * iterations * compute_ps(kernel, costs) * 1e-12 / efficiency * 1e6 * \
+        code_slowdown(kernel, variant, costs)
     us = costs.launch_us + max(memory_us, compute_us) + costs.overlap * min(memory_us, compute_us)
     return Prediction(us, memory_us, compute_us, warps, moved)
 
