@@ -2,27 +2,38 @@
 executor, recorded calls, the launch as written out), with CuPy replaced by a stand-in
 and the CUDA driver by a stub library whose functions return at once, under NVIDIA's
 real bindings (cuda.bindings, so their argument conversions are counted); where no C
-compiler or no cuda.bindings is found, by a Python stand-in.
+compiler or no cuda.bindings is found, by a Python stand-in. With torch installed, the
+torch-tensor call too: CPU tensors stand in for CUDA ones (torch allocates on the CPU).
 
-    PYTHONPATH=. python3 benchmarks/host_path_cpu.py [--entry ex|plain] [--profile replay|held|out|fresh|new] [--check]
+    PYTHONPATH=. python3 benchmarks/host_path_cpu.py [--entry ex|plain] [--parts] [--quick]
+        [--profile replay|held|out|fresh|new|torch|torch_held|torch_out] [--check] [--launch-floor]
 
+--parts: where the µs of the allocating calls go (CuPy's with its results held, a torch
+tensor's), each part timed alone in the generated code's namespace; --quick: every row
+run, but a few windows each (what it measures means little: the tests run it);
 --check: the replayed launches as the bindings hand them to the stub, against the checked
-path's; --launch-floor: benchmarks/launch_floor.py run through over the stand-ins (both are
-run by tests/test_launch_bindings_sim.py).
+path's; --launch-floor: benchmarks/launch_floor.py run through over the stand-ins (these
+three are run by tests/test_launch_bindings_sim.py).
 
 Figures are for comparing two versions of fusec on one machine; the device's own costs
-(a launch in the driver, an allocation from CuPy's pool) are what benchmarks/launch_floor.py
-measures. The stand-in's allocation (a Python class, slower than CuPy's) is its own row.
+(a launch in the driver, an allocation from CuPy's pool or torch's) are what
+benchmarks/launch_floor.py measures. The stand-ins are written as CuPy writes its own
+(cupy.ndarray(shape, dtype) asks cupy.cuda.get_allocator, which reads a threading.local,
+for the allocator in use; a pool's malloc), in Python, so slower than CuPy's: each has
+its own row, as has torch's allocation on the CPU.
 """
+import collections
 import cProfile
 import ctypes
 import hashlib
 import itertools
 import os
 import pstats
+import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -117,23 +128,42 @@ class MemoryPointer:
         self.ptr, self.device_id, self.mem = ptr, 0, object()
 
 
+def malloc(nbytes):
+    """The stand-in memory pool's malloc (CuPy's current allocator): a new address each call."""
+    ndarray._next += 1 << 16
+    if ndarray.made is not None:
+        ndarray.made.add(ndarray._next)
+    return MemoryPointer(ndarray._next)
+
+
+_thread_local = threading.local()
+
+
+def get_allocator():
+    """cupy.cuda.get_allocator as CuPy writes it: the thread's own allocator where it set one
+    (a threading.local read in a function of its own), else the process's current one."""
+    try:
+        allocator = _thread_local.allocator
+    except AttributeError:
+        allocator = _thread_local.allocator = None
+    return STATE.allocator if allocator is None else allocator
+
+
 class ndarray:  # what the cuda backend reads of a CuPy array
     __slots__ = ("shape", "dtype", "strides", "size", "nbytes", "data", "_c_contiguous", "_strides", "flags",
                  "__weakref__")
-    _next, made = 1 << 20, set()  # the addresses handed out
+    _next, made = 1 << 20, None  # the addresses handed out, where --check keeps them (a set)
 
-    def __init__(self, shape, dtype=np.float32, memptr=None):
+    def __init__(self, shape, dtype=np.float32, memptr=None, strides=None):
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
         self.dtype = np.dtype(dtype)
-        self.strides = (self.dtype.itemsize,)
+        self.strides = (self.dtype.itemsize,) if strides is None else tuple(strides)
         self.size = self.shape[0] if len(self.shape) == 1 else int(np.prod(self.shape))
         self.nbytes = self.size * self.dtype.itemsize
-        ndarray._next += 1 << 16
-        ndarray.made.add(ndarray._next)
-        self.data = MemoryPointer(ndarray._next)
+        # CuPy's ndarray(shape, dtype) calls the current allocator (cupy.cuda.alloc); given memory, it takes it
+        self.data = get_allocator()(self.nbytes) if memptr is None else memptr
         self._c_contiguous, self._strides = True, self.strides
         self.flags = types.SimpleNamespace(c_contiguous=True)
-
 
     def __setitem__(self, index, value):  # what launch_floor.py does to an array, done to nothing
         pass
@@ -145,7 +175,11 @@ class ndarray:  # what the cuda backend reads of a CuPy array
 
 
 class Device:
-    id, compute_capability, attributes = 0, "90", {"MultiProcessorCount": 132}
+    compute_capability, attributes = "90", {"MultiProcessorCount": 132}
+
+    @property
+    def id(self):
+        return STATE.device
 
     def synchronize(self):
         pass
@@ -157,7 +191,8 @@ class Device:
         return False
 
 
-STATE = types.SimpleNamespace(stream=types.SimpleNamespace(ptr=0), allocator=object())  # CuPy's current ones
+# CuPy's current stream, allocator and device (-1 for the torch rows: a CPU tensor's get_device())
+STATE = types.SimpleNamespace(stream=types.SimpleNamespace(ptr=0), allocator=malloc, device=0)
 
 
 def standins(entry: str):
@@ -168,8 +203,10 @@ def standins(entry: str):
     cp = types.SimpleNamespace(
         ndarray=ndarray, empty=ndarray, asarray=lambda a: a,
         cuda=types.SimpleNamespace(get_current_stream=lambda: STATE.stream, Device=lambda *a: Device(),
-                                   runtime=types.SimpleNamespace(getDevice=lambda: 0),
-                                   get_allocator=lambda: STATE.allocator))
+                                   runtime=types.SimpleNamespace(getDevice=lambda: STATE.device),
+                                   get_allocator=get_allocator, MemoryPointer=lambda memory, offset:
+                                   MemoryPointer(memory.ptr + offset),
+                                   UnownedMemory=lambda ptr, size, owner, device: types.SimpleNamespace(ptr=ptr)))
     driver = stub_driver()
     if driver is None:  # the Python stand-in: the bindings' own conversions are not counted
         print("(no stub driver: cuda.bindings or a C compiler is missing; the driver is a Python stand-in)")
@@ -189,9 +226,13 @@ def standins(entry: str):
     return driver
 
 
+QUICK = "--quick" in sys.argv  # a few windows a row: that every row runs, not what it measures (the tests')
+
+
 def per_call(fn, window_us=2000, windows=60):
     """µs per call: the least over many windows of about 2 ms (one another process
     interrupted is dropped)."""
+    windows = 2 if QUICK else windows
     start = time.perf_counter()
     for _ in range(300):
         fn()
@@ -214,6 +255,7 @@ def check(entry: str) -> int:
         return 2
     import fusec
     failures = 0
+    ndarray.made = set()
     for fuse in ("auto", "none"):
         f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda", fuse=fuse)
         x, held = ndarray(4096), []
@@ -277,6 +319,136 @@ def launch_floor_dry_run() -> int:
     return 0
 
 
+def torch_rows() -> dict:
+    """The torch-tensor call's rows: CPU tensors stand in for CUDA ones (the stand-in device is
+    -1 from here on, as a CPU tensor's get_device() says; the checked path's refusal of a CPU
+    tensor skipped), outputs allocated by torch on the CPU (its own row: the CUDA caching
+    allocator's cost is launch_floor.py's), torch's current stream a C-level function of no
+    cost to speak of. The key, the tensor reads, the allocation call and the launch are fusec's
+    as on a GPU. The calls by name (--profile), and "_parts": the pipeline and its arguments
+    (--parts); {} where torch is missing."""
+    try:
+        import torch
+    except ImportError:
+        print("| (torch is not installed: no torch rows) | |")
+        return {}
+    import fusec
+    from fusec.interop import torch_arrays
+    from fusec.runtime.backends import cuda
+    STATE.device = -1
+    kind = cuda.DeviceArrays.kind
+
+    def cpu_tensors(self, value):  # torch's kind as DeviceArrays.kind makes it, allocating on the CPU
+        if self._torch is None and torch_arrays.is_tensor(value):
+            self._torch = torch_arrays.TorchTensors(torch.device("cpu"), self._torch_view)
+            self._torch.stream_handle = itertools.repeat(0x7000).__next__  # a stream handle, read in C
+        return kind(self, value)
+    cuda.DeviceArrays.kind = cpu_tensors
+    cuda.DeviceArrays._adopt_tensor = lambda self, tensor: self._torch_view(tensor)
+    f = fusec.jit("examples/scale_bias_relu.fz", backend="cuda")
+    t = torch.randn(4096)
+    u = f(t, 1.5, -0.25)
+    for _ in range(3):
+        f(t, 1.5, -0.25), f(t, 1.5, -0.25, out=u)
+    held = [None, None, None]
+
+    def held_output():
+        held.append(f(t, 1.5, -0.25))
+        del held[0]
+    torch_calls = {"torch": lambda: f(t, 1.5, -0.25), "torch_held": held_output,
+                   "torch_out": lambda: f(t, 1.5, -0.25, out=u)}
+    for name, what in (("torch", "f(t, s, b), torch tensors, replayed, the result dropped"),
+                       ("torch_held", "f(t, s, b), torch tensors, replayed, the last three results held"),
+                       ("torch_out", "f(t, s, b, out=u), torch tensors, replayed")):
+        print(f"| {what} | {per_call(torch_calls[name]):.2f} |")
+    shape, strides, dtype, device = (4096,), (1,), torch.float32, torch.device("cpu")
+    template = torch.empty(0, dtype=dtype, device=device)
+    for what, fn in (("torch.empty(shape, dtype=, device=)", lambda: torch.empty(shape, dtype=dtype, device=device)),
+                     ("torch.empty_strided(shape, strides, dtype=, device=)",
+                      lambda: torch.empty_strided(shape, strides, dtype=dtype, device=device)),
+                     ("an empty tensor's new_empty_strided(shape, strides)",
+                      lambda: template.new_empty_strided(shape, strides))):
+        print(f"| allocation on the CPU (a stand-in for CUDA's): {what} alone | {per_call(fn):.2f} |")
+    torch_calls["_parts"] = (f, (t, 1.5, -0.25))
+    return torch_calls
+
+
+def parts(what: str, f, args: tuple, pieces: list[tuple[str, str, str]], hold: bool = False) -> None:
+    """--parts: where the µs of a replayed call f(*args) go (the call recorded last), each part
+    timed alone over at least 100,000 calls (timeit: the least of windows of ~2 ms) in the namespace of the
+    generated code it is a part of: the whole call, its frames' differences, the recorded
+    call's allocation in place (the call less the same code with a fixed array for each new
+    one), and `pieces` (label, statement, setup) of the recorded call's own code, those of the
+    allocation shown alone beside it; "the rest" is what they leave of the recorded call.
+    `hold`: each result kept, the last three (a C-level deque's append, its own cost taken off
+    each row), so that the recorded call allocates where it would reuse a dropped one, and
+    each piece's result kept alike (objects that live on cost more to make than one freed at once)."""
+    import timeit
+    runner = f._replaying
+    key, run = runner._last_plain[0]
+    q = runner._addresses(args) if runner._calls[key].free else []
+    names = {**runner.replay.__globals__, **run.__globals__, "f": f, "args": args, "run": run, "q": q,
+             "replay": runner.replay, "key_of": runner._plain_key, "x": args[0],
+             "hold": collections.deque(maxlen=3).append if hold else id}
+
+    def t(stmt: str, setup: str = "pass", held: bool = True) -> float:  # as per_call: the least of ~2 ms windows
+        if hold and held:  # the result kept as the call's are (objects that live on cost more), the keeping not counted
+            return t(f"hold({stmt})", setup, False) - t("hold(None)", "pass", False)
+        timer = timeit.Timer(stmt, setup, globals=names)
+        n = max(100, int(2e-3 / (timer.timeit(1000) / 1000)))
+        return min(timer.timeit(n) / n for _ in range(2 if QUICK else max(60, -(-100000 // n)))) * 1e6
+    # The recorded call with each new array a fixed one (made once): what allocating costs in place
+    # (objects that live on, the harness freeing them), where a piece alone may cost less.
+    source, fixed = runner._calls[key].source, {}
+    for k, bytes_ in re.findall(r"^\s+d(\d+) = alloc\((\d+)\)$", source, re.M):
+        fixed[f"FIXED_D{k}"] = run.__globals__["allocator_in_use"]()(int(bytes_))
+        fixed[f"FIXED_V{k}"] = run.__globals__[f"array{k}"](fixed[f"FIXED_D{k}"])
+        source = source.replace(f"d{k} = alloc({bytes_})", f"d{k} = FIXED_D{k}").replace(
+            f"v{k} = array{k}(d{k})", f"v{k} = FIXED_V{k}")
+    for k in re.findall(r"^\s+v(\d+) = new\d+\(\)$", source, re.M):
+        fixed[f"FIXED_V{k}"] = run.__globals__[f"new{k}"]()
+        source = source.replace(f"v{k} = new{k}()", f"v{k} = FIXED_V{k}")
+    unallocated = {**run.__globals__, **fixed}
+    exec(source, unallocated)
+    names["run_fixed"] = unallocated["run"]
+    whole, replayed, recorded = t("f(*args)"), t("replay(args)"), t("run(args, None, *q)")
+    allocating = recorded - t("run_fixed(args, None, *q)") if fixed else None
+    print(f"\n| where the µs of {what} go (each part alone, 100k calls) | µs |\n|---|---:|")
+    print(f"| the whole call, f(*args){' (its result held)' if hold else ''} | {whole:.3f} |")
+    print(f"| JitPipeline.__call__: f(*args) less its runner's replay(args) | {whole - replayed:.3f} |")
+    print(f"| the replay: replay(args) less the recorded call's run (device check, key, look-up, frame) | "
+          f"{replayed - recorded:.3f} |")
+    print(f"|   of which the key alone, as its generated function reads it | {t('key_of(args)'):.3f} |")
+    for label, stmt, setup in pieces:
+        if label.startswith("the key's"):  # a part of the key
+            print(f"|     {label} | {t(stmt, setup, False):.3f} |")
+    print(f"| the recorded call, run(args, None, *addresses) | {recorded:.3f} |")
+    if allocating is not None:
+        print(f"|   its allocation in place: run less the same run with a fixed array for each new one | "
+              f"{allocating:.3f} |")
+    rest = recorded - (allocating or 0)
+    for label, stmt, setup in pieces:
+        if label.startswith("the key's"):  # a part of the key, above
+            continue
+        part = t(stmt, setup)
+        if label.startswith("the allocation") and allocating is not None:  # in the row in place above
+            label = f"  (alone) {label}"
+        else:
+            rest -= part
+        print(f"|   {label} | {part:.3f} |")
+    print(f"|   the rest of run (its frame, the scalars' checks, the spare sets' checks, the argument "
+          f"buffer's list) | {rest:.3f} |")
+
+
+def launch_pieces(names: dict) -> list[tuple[str, str, str]]:
+    """The first launch's packing and the driver's launch (the stub's) as `parts` pieces."""
+    setup = "slot = l0_free[0]\nvalues = slot.arguments.layout.unpack_from(slot.buffer)"
+    launch = "launch_ex(slot.config, l0_function, slot.params, 0)" if "launch_ex" in names else \
+        "launch(l0_function, 1, 1, 1, 256, 1, 1, 0, 0, slot.params, 0)"
+    return [("packing the arguments (struct pack_into)", "l0_pack(slot.buffer, 0, *values)", setup),
+            ("the driver's launch through cuda.bindings (the stub's)", launch, setup)]
+
+
 def main():
     entry = sys.argv[sys.argv.index("--entry") + 1] if "--entry" in sys.argv else "ex"
     if "--check" in sys.argv:
@@ -312,7 +484,12 @@ def main():
                        ("fresh", "f(x_k, s, b), another input array each call (512 in turn), the result dropped"),
                        ("new", "f(x, s, b), a new signature: checked in full")):
         print(f"| {what} | {per_call(calls[name]):.2f} |")
-    print(f"| the stand-in's ndarray(shape, dtype) alone | {per_call(lambda: ndarray((4096,), np.float32)):.2f} |")
+    print(f"| the stand-in's ndarray(shape, dtype) alone (its pool's malloc included) | "
+          f"{per_call(lambda: ndarray((4096,), np.float32)):.2f} |")
+    print(f"| the stand-in pool's malloc alone | {per_call(lambda: malloc(16384)):.2f} |")
+    print(f"| the stand-in's cupy.cuda.get_allocator() alone | {per_call(get_allocator):.2f} |")
+    print(f"| the harness: a call of a lambda that does nothing | {per_call(lambda: None):.2f} |")
+    torch_calls = torch_rows()
     if hasattr(driver, "CUfunction"):  # the bindings' own share of a launch (the stub returns at once)
         function, params, stream = driver.CUfunction(0x1000), ctypes.addressof(ctypes.c_void_p(0)), driver.CUstream(0)
         config = driver.CUlaunchConfig()
@@ -322,8 +499,37 @@ def main():
               f"{per_call(lambda: driver.cuLaunchKernel(function, 4, 1, 1, 256, 1, 1, 0, 0, params, 0)):.2f} |")
         print(f"| cuda.bindings cuLaunchKernelEx, its Python alone | "
               f"{per_call(lambda: driver.cuLaunchKernelEx(config, function, params, 0)):.2f} |")
+    if "--parts" in sys.argv:
+        STATE.device = 0
+        for _ in range(3):  # the held call recorded last is the one whose parts are timed
+            held_output()
+        run = runner._last_plain[0][1]
+        nbytes = 4096 * 4
+        parts("f(x, s, b) replayed, the last three results held (CuPy, allocates)", f, (x, 1.5, -0.25), [
+            ("CuPy's current stream .ptr (the stand-in's)", "current_stream().ptr", "pass"),
+            ("cupy.cuda.get_allocator() (the stand-in's)", "allocator_in_use()", "pass"),
+            ("the allocation: the pool's malloc (the stand-in's)", f"alloc({nbytes})", "alloc = allocator_in_use()"),
+            ("the allocation: the array over it, array0(memory) (the stand-in's ndarray)", "array0(d0)",
+             f"d0 = allocator_in_use()({nbytes})"),
+            *launch_pieces(run.__globals__)], hold=True)
+        if torch_calls:
+            STATE.device = -1
+            tf, targs = torch_calls["_parts"]
+            for _ in range(3):
+                tf(*targs)
+            run = tf._replaying._last_plain[0][1]
+            reads = [(f"the key's read of {r}", r, "") for r in
+                     ("tensor_data_ptr(x)", "x.shape", "tensor_is_contiguous(x)", "x.dtype", "x.requires_grad",
+                      "x.get_device()")]
+            parts("f(t, s, b), torch tensors, replayed (allocates)", tf, targs, [
+                *reads, ("torch's current stream (the stand-in's, a C function)", "stream_handle()", "pass"),
+                ("the allocation: new0() (torch on the CPU)", "new0()", "pass"),
+                ("the new tensor's address, pointer(v0)", "pointer(v0)", "v0 = new0()"),
+                *launch_pieces(run.__globals__)])
     if "--profile" in sys.argv:
-        which = calls[sys.argv[sys.argv.index("--profile") + 1]]
+        name = sys.argv[sys.argv.index("--profile") + 1]
+        which = {**calls, **torch_calls}[name]
+        STATE.device = -1 if name.startswith("torch") else 0  # the device of the call's arrays
         cProfile.runctx("for _ in range(30000): which()", globals(), {"which": which}, "/tmp/host_path.prof")
         pstats.Stats("/tmp/host_path.prof").sort_stats("tottime").print_stats(20)
 

@@ -1,10 +1,12 @@
 """Host µs per call at 4096 f32 elements (examples/scale_bias_relu.fz), every row of issue 13
 in one run: the floor (a bare CuPy RawKernel launch of fusec's own kernel; the driver's
 cuLaunchKernel and cuLaunchKernelEx through NVIDIA's cuda.bindings with a prepacked argument
-buffer), the parts a call is made of (the stream, the device, each way to allocate an
-output), fusec's calls (replayed with the result dropped, so its arrays are reused, and held,
-so it allocates; out=; a torch tensor's; a new signature, checked in full), torch.compile of
-the same, and the issue's targets against them, with where each µs of a replayed call goes.
+buffer), the same RawKernel launch allocating its output each call as a call that allocates
+must (cupy.empty; on torch tensors, torch.empty), the parts a call is made of (the stream,
+the device, each way to allocate an output), fusec's calls (replayed with the result
+dropped, so its arrays are reused, and held, so it allocates; out=; a torch tensor's; a new
+signature, checked in full), torch.compile of the same, and the issue's targets against
+them, with where each µs of a replayed call goes.
 
     PYTHONPATH=. python3 benchmarks/launch_floor.py [--profile]
 
@@ -50,7 +52,7 @@ def summary(t: dict[str, float]) -> list[str]:
              f"{t['replayed'] - floor - t['stream'] - t['device']:.2f} |",
              f"| an output allocated (result held, nothing to reuse), on top | {t['held'] - t['replayed']:.2f} |"]
     if "torch" in t:
-        lines.append(f"| a torch tensor's call, on top of CuPy's (tensor key, torch.empty_strided, torch's stream) | "
+        lines.append(f"| a torch tensor's call, on top of CuPy's (tensor key, new_empty_strided, torch's stream) | "
                      f"{t['torch'] - t['replayed']:.2f} |")
     lines += ["", "| target (issue 13) | measured | met |", "|---|---|---|"]
 
@@ -63,6 +65,15 @@ def summary(t: dict[str, float]) -> list[str]:
     for key, what in calls:
         if key in t:
             target(what, t[key], raw, f"<= 1.0x RawKernel ({raw:.2f}): {t[key] / raw:.2f}x,")
+    # A call that allocates against the same launch allocating as it must: its output from
+    # cupy.empty (CuPy arrays), from torch.empty (torch tensors, their addresses read each call).
+    for key, floor_key, what, text in (
+            ("held", "raw_alloc", calls[1][1], "with its output from cupy.empty each call"),
+            ("torch", "raw_torch", calls[4][1], "on torch tensors, with its output from torch.empty each call")):
+        if key in t and floor_key in t:
+            floor_alloc = t[floor_key]
+            target(what, t[key], floor_alloc,
+                   f"<= 1.0x RawKernel {text} ({floor_alloc:.2f}): {t[key] / floor_alloc:.2f}x,")
     for key, what, limit in (*((key, what, 1) for key, what in calls[:2]), (*calls[2], 3)):
         target(what, t[key], plain + limit,
                f"within {limit} µs of cuLaunchKernel ({plain:.2f}): {t[key] - plain:+.2f},")
@@ -139,6 +150,17 @@ def main():
         lambda: cp.ndarray(shape, dtype, pool.malloc(nbytes)))
     row("alloc", "allocation: cupy.cuda.alloc (the current allocator) + cupy.ndarray(memptr)",
         lambda: cp.ndarray(shape, dtype, cp.cuda.alloc(nbytes)))
+    # The floor of a call that allocates: the RawKernel launch with its output new each call.
+    out_at = next(j for j, a in enumerate(args) if a is y)  # the output among the kernel's arguments
+    raw_new = list(raw_args)
+
+    def raw_allocating():
+        raw_new[out_at] = cp.empty(y.shape, y.dtype)
+        raw((grid,), (block,), raw_new)
+    raw_allocating()
+    sync()
+    assert bool((raw_new[out_at] == y).all()), "the allocating RawKernel launch does not write what fusec's call wrote"
+    row("raw_alloc", "cupy.RawKernel launch, prepared arguments, its output from cupy.empty each call", raw_allocating)
     inputs = itertools.cycle([cp.ones(N, cp.float32) for _ in range(512)])  # more than the keys a runner keeps
     for entry in ("plain", "ex"):  # fusec launching through each entry point (the last is the default)
         cuda.LAUNCH_ENTRY = entry
@@ -173,8 +195,27 @@ def main():
         device = torch.device("cuda", tx.get_device())
         row("torch_empty", "torch.empty(shape, dtype=, device=)",
             lambda: torch.empty(shape, dtype=torch.float32, device=device))
-        row("torch_strided", "torch.empty_strided(shape, strides, dtype=, device=) (fusec's)",
+        row("torch_strided", "torch.empty_strided(shape, strides, dtype=, device=)",
             lambda: torch.empty_strided(shape, (1,), dtype=torch.float32, device=device))
+        template = torch.empty(0, dtype=torch.float32, device=device)
+        row("torch_new_strided", "an empty tensor's new_empty_strided(shape, strides) (fusec's)",
+            lambda: template.new_empty_strided(shape, (1,)))
+        # The floor of a torch-tensor call: the RawKernel launch on tensors, the input's address and
+        # a new output's (torch.empty, as a torch user allocates one) read each call.
+        in_at = next(j for j, a in enumerate(args) if a is x)
+        raw_torch_args = list(raw_args)
+
+        def raw_on_tensors():
+            out = torch.empty(shape, dtype=torch.float32, device=device)
+            raw_torch_args[in_at], raw_torch_args[out_at] = tx.data_ptr(), out.data_ptr()
+            raw((grid,), (block,), raw_torch_args)
+            return out
+        written = raw_on_tensors()
+        sync()
+        assert torch.equal(written, torch.as_tensor(y, device=device)), \
+            "the RawKernel launch on tensors does not write what fusec's call wrote"
+        row("raw_torch", "cupy.RawKernel launch on torch tensors, its output from torch.empty each call",
+            raw_on_tensors)
         row("torch_stream", "torch._C._cuda_getCurrentRawStream(device)",
             lambda: torch._C._cuda_getCurrentRawStream(device.index))
         row("torch", "fusec f(t, s, b), torch tensor, replayed", lambda: g(tx, 1.5, -0.25))

@@ -34,3 +34,21 @@ def test_the_launch_floor_benchmark_runs_through_on_stand_ins():
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "its output reused: True" in result.stdout and "| target (issue 13) |" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="the stub driver needs a C compiler")
+def test_the_host_path_benchmark_runs_through_with_its_parts():
+    """benchmarks/host_path_cpu.py end to end (a few windows a row): every call's row, the
+    torch-tensor call's rows where torch is installed, and where the µs of the allocating
+    calls go (the fusec internals it reads: the recorded call last, its generated code's names)."""
+    result = subprocess.run([sys.executable, "benchmarks/host_path_cpu.py", "--parts", "--quick"], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "| f(x, s, b), replayed, the last three results held |" in result.stdout
+    assert "| where the µs of f(x, s, b) replayed, the last three results held (CuPy, allocates) go" in result.stdout
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    assert "| f(t, s, b), torch tensors, replayed, the result dropped |" in result.stdout
+    assert "| where the µs of f(t, s, b), torch tensors, replayed (allocates) go" in result.stdout

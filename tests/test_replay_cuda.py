@@ -7,6 +7,7 @@ calls: the current stream, the device, a dtype, a scalar, the out= array."""
 import contextlib
 import sys
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -44,6 +45,24 @@ class CUlaunchAttribute:
         self.id, self.value = None, types.SimpleNamespace(clusterDim=dim)
 
 
+class Allocator:
+    """CuPy's current allocator (a pool's malloc): memory at a new address each call, on the
+    current device; its calls counted."""
+
+    def __init__(self, name, standin, offset=0):
+        self.name, self.standin, self.offset, self.calls, self.last = name, standin, offset, 0, None
+
+    def __call__(self, nbytes):
+        self.calls += 1
+        self.standin.next += 1 << 16
+        memory = MemoryPointer(self.standin.next + self.offset, self.standin.device)
+        self.last = weakref.ref(memory)  # (a reference would keep it from being reused)
+        return memory
+
+    def __repr__(self):
+        return self.name
+
+
 class Standin:
     """CuPy and the driver, as much as the cuda backend reads of them."""
 
@@ -52,17 +71,22 @@ class Standin:
         standin = self
 
         class ndarray:
-            def __init__(self, shape, dtype=np.float32, device=None, ptr=None):
+            def __init__(self, shape, dtype=np.float32, memptr=None, device=None, ptr=None):
                 self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
                 self.dtype = np.dtype(dtype)
                 self.size = int(np.prod(self.shape))
                 self.strides = self._strides = tuple(
                     int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize for i in range(len(self.shape)))
                 self.nbytes = self.size * self.dtype.itemsize
-                if ptr is None:
-                    standin.next += 1 << 16
-                    ptr = standin.next
-                self.data = MemoryPointer(ptr, standin.device if device is None else device)
+                if memptr is not None:  # memory given (a recorded call's, from the allocator in use)
+                    self.data = memptr
+                elif ptr is None and device is None:  # as CuPy's ndarray(shape, dtype): the allocator in use
+                    self.data = standin.allocator(self.nbytes)
+                else:
+                    if ptr is None:
+                        standin.next += 1 << 16
+                        ptr = standin.next
+                    self.data = MemoryPointer(ptr, standin.device if device is None else device)
                 self._c_contiguous = True
                 self.flags = types.SimpleNamespace(c_contiguous=True)
         self.ndarray = ndarray
@@ -78,12 +102,12 @@ class Standin:
         def device(*args):
             return on_device(args[0]) if args else types.SimpleNamespace(
                 id=standin.device, compute_capability="90", attributes={"MultiProcessorCount": 132})
-        self.allocator = "the pool's malloc"
+        self.allocator, self.allocator_reads = Allocator("the pool's malloc", self), 0
         self.cp = types.SimpleNamespace(
             ndarray=ndarray, empty=ndarray, asarray=lambda a: a,
             cuda=types.SimpleNamespace(get_current_stream=lambda: self.stream, Device=device,
                                        runtime=types.SimpleNamespace(getDevice=lambda: self.device),
-                                       get_allocator=lambda: self.allocator))
+                                       get_allocator=self.get_allocator))
         self.buffers = {}  # the argument buffers' pointer arrays -> the buffers, to read launches back
         self.driver = types.SimpleNamespace(
             cuLaunchKernel=self.launch, cuLaunchKernelEx=self.launch_ex, CUstream=CUstream,
@@ -91,6 +115,10 @@ class Standin:
             CUlaunchAttributeID=types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION="cluster"),
             cuModuleGetFunction=lambda module, name: (0, (name, self.device)),
             cuOccupancyMaxActiveBlocksPerMultiprocessor=lambda *a: (0, 8))
+
+    def get_allocator(self):  # cupy.cuda.get_allocator, its reads counted
+        self.allocator_reads += 1
+        return self.allocator
 
     def launch(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         buffer = self.buffers[params]
@@ -317,7 +345,7 @@ def test_an_output_referenced_or_changed_is_not_reused(gpu, holder):
     elif holder == "stream":
         gpu.stream = types.SimpleNamespace(ptr=77)
     elif holder == "allocator":
-        gpu.allocator = "another allocator"
+        gpu.allocator = Allocator("another allocator", gpu)
     address = y.data.ptr
     del y
     addresses = {f(x, 1.0, 0.0).data.ptr for _ in range(4)}  # each result dropped at once
@@ -346,6 +374,62 @@ def test_temporaries_are_reused_and_large_arrays_are_not(gpu):
     f(big, 1.0, 0.0)
     f(big, 1.0, 0.0)
     assert len({f(big, 1.0, 0.0).data.ptr for _ in range(3)}) == 3
+
+
+def test_a_new_array_takes_its_memory_from_the_allocator_in_use_read_once_a_call(gpu):
+    """A recorded call that allocates (its results held) reads CuPy's allocator once, takes
+    its output's memory from it (an array over that memory, not one that asks again) and
+    launches into it as the checked path would; an allocator set between calls is the one
+    the next call takes from; a call that reuses a set reads the allocator once too."""
+    f, x = recorded(gpu)
+    held = [f(x, 1.0, 0.0) for _ in range(3)]
+    for allocator in (gpu.allocator, Allocator("another allocator", gpu)):
+        gpu.allocator = allocator
+        for s in (2.0, 3.0):
+            reads, calls = gpu.allocator_reads, allocator.calls
+            launch, y = replayed_launch(f, gpu, x, s, 1.0)
+            held.append(y)
+            assert gpu.allocator_reads == reads + 1 and allocator.calls == calls + 1
+            assert y.data is allocator.last() and y.data.ptr in launch[-1]
+            assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, s, 1.0))
+    held.clear()
+    f(x, 1.0, 0.0)
+    reads, calls = gpu.allocator_reads, gpu.allocator.calls
+    f(x, 1.0, 0.0)  # the result before was dropped: its set reused, the allocator read and not called
+    assert gpu.allocator_reads == reads + 1 and gpu.allocator.calls == calls
+
+
+def test_memory_that_misses_the_alignment_is_not_launched_as_aligned(gpu):
+    """An allocator that hands out memory 4 bytes off: the recorded call (the vector
+    variant) gives up on it, and the checked path launches the scalar variant into an
+    output of its own."""
+    f, x = recorded(gpu)
+    vector = replayed_launch(f, gpu, x, 1.0, 0.0)[0][0]
+    held = [f(x, 1.0, 0.0) for _ in range(3)]  # nothing to reuse: the next calls allocate
+    gpu.allocator = Allocator("4 bytes off", gpu, offset=4)
+    for s in (2.0, 3.0):
+        before = len(gpu.launches)
+        y = f(x, s, 1.0)
+        held.append(y)
+        (launch,) = gpu.launches[before:]
+        assert y.data.ptr % 16 == 4 and launch[0] != vector and y.data.ptr in launch[-1]
+        assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, s, 1.0))
+
+
+def test_a_set_is_reused_only_where_none_of_its_arrays_is_referenced(gpu):
+    """Two outputs a call: the kept set whose second output the caller still holds (its
+    first dropped) is passed over for the other; once dropped, it is taken again."""
+    f = fusec.jit("pipeline p(a: f32[n]) -> (y: f32[n], z: f32[n]) { y = a * 2.0; z = a + 1.0; }", backend="cuda")
+    x = gpu.ndarray(4096)
+    for _ in range(4):
+        f(x)  # two sets kept, both dropped
+    z = f(x)[1]  # the older set taken again; its y dropped at once, its z held
+    kept = z.data.ptr
+    f(x)  # the other set, dropped: now the older one
+    y, other = f(x)  # the set holding z is checked first, and passed over
+    assert kept not in (y.data.ptr, other.data.ptr)
+    del y, other, z
+    assert f(x)[1].data.ptr == kept  # dropped: the set is taken again
 
 
 def test_out_calls_reuse_their_temporaries(gpu):
@@ -484,12 +568,9 @@ def test_threads_replaying_one_call_each_launch_their_own_arguments_into_their_o
         assert args[2] == s  # s as this thread passed it
 
 
-def test_torch_tensors_replay_on_torchs_stream_into_torch_outputs(gpu, monkeypatch):
-    """CPU tensors standing in for CUDA ones (get_device() 0, the outputs on the CPU): a call
-    of tensors is recorded and replayed as the checked path launches it, on torch's stream,
-    into a new tensor from torch.empty_strided (as torch.empty would make it); another
-    tensor of the recorded shape replays at its own address; one that requires grad is
-    refused under grad mode, however often its shape was seen."""
+def torch_standin(gpu, monkeypatch):
+    """torch, its CPU tensors standing in for CUDA ones (get_device() 0, the outputs on the
+    CPU, torch's stream a handle of its own, 4321)."""
     torch = pytest.importorskip("torch")
     from fusec.interop import torch_arrays
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0, raising=False)
@@ -510,11 +591,23 @@ def test_torch_tensors_replay_on_torchs_stream_into_torch_outputs(gpu, monkeypat
             self._torch.stream_handle = lambda: 4321
         return kinds(self, value)
     monkeypatch.setattr(cuda.DeviceArrays, "kind", kind)
+    return torch
+
+
+def test_torch_tensors_replay_on_torchs_stream_into_torch_outputs(gpu, monkeypatch):
+    """CPU tensors standing in for CUDA ones (get_device() 0, the outputs on the CPU): a call
+    of tensors is recorded and replayed as the checked path launches it, on torch's stream,
+    into a new tensor as torch.empty would make it (an empty tensor's new_empty_strided);
+    another tensor of the recorded shape replays at its own address; one that requires grad
+    is refused under grad mode, however often its shape was seen."""
+    torch = torch_standin(gpu, monkeypatch)
     f = fusec.jit(SBR, backend="cuda")
     t = torch.randn(4096)
     for _ in range(3):
         y = f(t, 1.0, 0.0)
     assert type(y) is torch.Tensor and y.shape == (4096,) and y.stride() == (1,) and y.dtype == torch.float32
+    new = next(iter(f._runner._calls.values())).run.__globals__["new0"]
+    assert new.func.__name__ == "new_empty_strided" and new.func.__self__.numel() == 0
     for tensor in (t, torch.randn(4096)):
         launch, y = replayed_launch(f, gpu, tensor, 2.0, 1.0)
         assert launch[4] == 4321 and tensor.data_ptr() in launch[-1] and y.data_ptr() in launch[-1]
@@ -528,3 +621,63 @@ def test_torch_tensors_replay_on_torchs_stream_into_torch_outputs(gpu, monkeypat
     for _ in range(2):
         with pytest.raises(ArgumentError, match="requires grad"):
             f(grad, 1.0, 0.0)
+
+
+def test_keys_read_tensors_first_once_a_call_of_tensors_was_recorded(gpu, monkeypatch):
+    """The generated key tests for CuPy's arrays first until a call of tensors is recorded,
+    then for tensors first (generated again once, not at later recordings); the keys it
+    computes are the same either way, and CuPy's calls are still replayed."""
+    torch = torch_standin(gpu, monkeypatch)
+    f, x = recorded(gpu)
+    runner = f._runner
+    runner._generate_calls()  # generated now that torch is imported: CuPy's arrays tested first
+
+    def order():
+        source = "".join(__import__("linecache").getlines(runner.replay.__code__.co_filename))
+        return source.index("is ndarray") < source.index("is tensor_kind0")
+    assert order() and not runner.backend.tensors_first
+    t = torch.randn(4096)
+    key = runner._plain_key((x, 1.0, 0.0)), runner._plain_key((t, 1.0, 0.0))
+    for _ in range(2):
+        f(t, 1.0, 0.0)  # the second recorded: tensors first from now on
+    assert not order() and runner.backend.tensors_first and f._replay is runner.replay
+    assert (runner._plain_key((x, 1.0, 0.0)), runner._plain_key((t, 1.0, 0.0))) == key
+    replay = runner.replay
+    for other in (torch.randn(2, 8), torch.randn(3, 8)):
+        for _ in range(2):
+            f(other.reshape(-1), 1.0, 0.0)  # other shapes recorded: nothing generated again
+    assert runner.replay is replay
+    launch, y = replayed_launch(f, gpu, x, 2.0, 1.0)
+    assert with_output(launch, y) == with_output(*checked_launch(f, gpu, x, 2.0, 1.0))
+    launch, y = replayed_launch(f, gpu, t, 2.0, 1.0)
+    assert launch[4] == 4321 and type(y) is torch.Tensor
+
+
+def test_new_tensors_are_made_as_torch_empty_makes_them():
+    """A recorded call's new tensors (TorchTensors.allocator: an empty tensor's
+    new_empty_strided, one such tensor a dtype, holding no memory) have torch.empty's shape,
+    strides, dtype and device for every shape (a 0-d one, empty dims, dims of 1), need no
+    grad, and are inference tensors exactly where torch.empty's would be."""
+    import itertools
+
+    from fusec.interop import torch_arrays
+    from fusec.types import ALL
+    torch = pytest.importorskip("torch")
+    kind = torch_arrays.TorchTensors(torch.device("cpu"), torch_arrays.host_view)
+    shapes = [s for ndim in range(4) for s in itertools.product((0, 1, 3), repeat=ndim)] + [(2, 5, 7)]
+    for t in ALL:
+        dtype = getattr(torch, t.torch)
+        for shape in shapes:
+            new = kind.allocator(shape, t.numpy_dtype)()
+            expected = torch.empty(shape, dtype=dtype)
+            assert (new.shape, new.stride(), new.dtype, new.device) == \
+                (expected.shape, expected.stride(), dtype, expected.device), (t, shape)
+            assert not new.requires_grad
+    make = kind.allocator((4, 3), np.dtype(np.float32))
+    assert make.func.__self__ is kind.allocator((7,), np.dtype(np.float32)).func.__self__
+    assert make.func.__self__.numel() == 0
+    with torch.inference_mode():
+        assert make().is_inference()
+        inside = torch_arrays.TorchTensors(torch.device("cpu"), torch_arrays.host_view).allocator((3,), np.dtype(np.int8))
+    assert not make().is_inference() and not inside().is_inference()  # the empty tensor's own mode plays no part
+

@@ -106,8 +106,9 @@ class TorchTensors:
     def __init__(self, device, view):
         torch = sys.modules["torch"]
         self.device, self.view = device, view
-        self._empty, self._empty_strided, self.pointer = torch.empty, torch.empty_strided, torch.Tensor.data_ptr
+        self._empty, self.pointer = torch.empty, torch.Tensor.data_ptr
         self._dtypes = {t.numpy_dtype: getattr(torch, t.torch) for t in ALL}
+        self._templates: dict = {}  # NumPy dtype -> an empty tensor of it on the device (`allocator`)
         # stream_handle(): the handle of torch's current stream on the device (None: on the CPU)
         self.stream_handle = None
         if device.type == "cuda":
@@ -122,14 +123,19 @@ class TorchTensors:
 
     def allocator(self, shape, dtype):
         """empty(shape, dtype) as a call of no arguments, with no frame of fusec's (the recorded
-        calls'): torch.empty_strided with the strides torch.empty gives, whose arguments torch
-        parses faster than torch.empty's (a shape tuple takes torch.empty's slower overload)."""
+        calls'): the new_empty_strided method of an empty tensor of the dtype on the device (no
+        memory; the new tensor takes its dtype and device), with the strides torch.empty gives.
+        torch parses a method's shape and strides faster than torch.empty_strided's (whose
+        dtype= and device= it parses too: 0.67 against 0.73 µs a call on the CPU), and those
+        faster than torch.empty's shape tuple (1.2 µs: its slower overload)."""
         strides, step = [], 1
         for n in reversed(shape):
             strides.append(step)
             step *= max(n, 1)
-        return functools.partial(self._empty_strided, tuple(shape), tuple(reversed(strides)),
-                                 dtype=self._dtypes[dtype], device=self.device)
+        template = self._templates.get(dtype)
+        if template is None:
+            template = self._templates[dtype] = self._empty(0, dtype=self._dtypes[dtype], device=self.device)
+        return functools.partial(template.new_empty_strided, tuple(shape), tuple(reversed(strides)))
 
     def stream(self):
         return None if self.stream_handle is None else RawStream(self.stream_handle())

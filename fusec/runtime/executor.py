@@ -206,6 +206,9 @@ class Executor:
             recorded = self._calls[key] = _RecordedCall(self, values, sizes, launched, call.kind,
                                                         call.outputs is not None, self._free and call.outputs is None)
             (self._last_plain if call.outputs is None else self._last_out)[0] = (key, recorded.run)
+            if not call.kind.native and getattr(self.backend, "tensors_first", None) is False:
+                self.backend.tensors_first = True  # a call of another kind's arrays (torch's): read first
+                self._generate_calls()
         return self._result(values)
 
     def forget(self) -> None:
@@ -557,7 +560,12 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     weak reference either), each still has the shape and layout it was allocated with,
     and the call runs on the stream and with the allocator the set was allocated on and
     with: what the memory pool would hand out again (its memory, freed on that stream),
-    with no allocation and no new array."""
+    with no allocation and no new array. It reads the allocator in use once; where it
+    allocates, it takes the memory from that allocator and makes the array over it
+    (`array_over`), as the kind's library would (cupy.ndarray asks for the allocator again).
+    A torch tensor's call allocates each time (no `allocator_in_use`: autograd's saved
+    tensors and record_stream hold a tensor where Python's reference counts cannot see),
+    through its kind's `allocator`."""
     names.update(empty=kind.empty, pointer=kind.pointer, get_stream=kind.stream, MISALIGNED=MISS)
     lines = [f"def run(args, out=None{''.join(f', q{i}=None' for i in addresses or ())}):"]
     if given_outputs and n_outputs:
@@ -578,18 +586,28 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     recycle = stream is not None and getattr(kind, "allocator_in_use", None) is not None and \
         0 < new_bytes <= RECYCLE_BYTES and getattr(sys, "_is_gil_enabled", lambda: True)()  # the counts need the GIL
     allocator = getattr(kind, "allocator", None)  # a new array of a shape and dtype in one C-level call
-    new_lines = []
+    # Recycling kinds: memory from the allocator in use (read once a call, for the spares' checks
+    # too), then an array over it (`array_over`: its bytes and the array's constructor); the
+    # address is read from the memory, and no array is made for memory that misses an alignment.
+    over = getattr(kind, "array_over", None) if recycle else None
+    new_lines, arrays = [], []
     for k, (shape, dtype) in allocations:
-        if allocator is not None:
+        if over is not None:
+            nbytes, names[f"array{k}"] = over(shape, dtype)
+            new_lines += [f"d{k} = alloc({nbytes})", f"p{k} = d{k}.ptr"]
+            arrays.append(f"v{k} = array{k}(d{k})")
+        elif allocator is not None:
             names[f"new{k}"] = allocator(shape, dtype)
             new_lines.append(f"v{k} = new{k}()")
         else:
             names[f"shape{k}"], names[f"dtype{k}"] = shape, dtype
             new_lines.append(f"v{k} = empty(shape{k}, dtype{k})")
-    new_lines += [f"p{k} = pointer(v{k})" for k, _ in allocations]
+    if over is None:
+        new_lines += [f"p{k} = pointer(v{k})" for k, _ in allocations]
     for k, size in alignment:
         if not (given_outputs and k < n_outputs):  # given outputs: their addresses are in the key
             new_lines.append(f"if p{k} % {size}:\n    return MISALIGNED")
+    new_lines += arrays
     if given_outputs:
         lines += [f"    p{k} = pointer(v{k})" for k in range(n_outputs)]
     if not recycle:
@@ -597,26 +615,33 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
     else:
         spares = collections.deque(maxlen=2)
         names.update(spares=spares, take=spares.popleft, keep=spares.append, allocator_in_use=kind.allocator_in_use,
-                     NO_SPARE=(None, None))
-        unused, item = [], 2
-        for k, (shape, dtype) in allocations:
+                     NO_SPARE=(None, None, None))
+        # A set is free where nothing else references its arrays: its first array's count read
+        # first (what fails where the caller holds its results), then the stream and allocator.
+        unused = []
+        for j, (k, (shape, dtype)) in enumerate(allocations):
             names[f"shape{k}"] = shape
-            unused.append(kind.unused(f"v{k}", f"d{k}", f"shape{k}", names))
-
-        def take_one(indent: str) -> list[str]:  # take the oldest set kept; reuse it, or keep it again
-            taken = [f"{indent}    v{k} = spare[{item + j}]\n{indent}    d{k} = v{k}.data"
-                     for j, (k, _) in enumerate(allocations)]
-            return [f"{indent}try:", f"{indent}    spare = take()", f"{indent}except IndexError:",
-                    f"{indent}    spare = NO_SPARE",
-                    f"{indent}if spare[0] == handle and spare[1] is allocator_in_use():", *taken,
-                    f"{indent}    reuse = {' and '.join(unused)}",
-                    f"{indent}if not reuse and spare is not NO_SPARE:  # referenced still: kept, the older set first",
-                    f"{indent}    keep(spare)"]
-        lines += ["    reuse = False", *take_one("    "),
-                  "        if len(spares) == 2:  # the other set kept", *take_one("            "), "    if reuse:",
-                  *[f"        p{k} = d{k}.ptr" for k, _ in allocations], "    else:",
+            unused.append(kind.unused(f"spare[{2 + j}]", f"v{k}", f"d{k}", f"shape{k}", names))
+        free = " and ".join([unused[0], "spare[0] == handle", "spare[1] is alloc", *unused[1:]])
+        lines += ["    alloc = allocator_in_use()  # the allocator a new array takes its memory from",
+                  "    try:  # the oldest set kept: reused, or kept again",
+                  "        spare = take()",
+                  "    except IndexError:",
+                  "        spare = NO_SPARE",
+                  f"    if not ({free}):",
+                  "        if spare is not NO_SPARE:  # referenced still: kept, the older set first",
+                  "            keep(spare)",
+                  "            try:  # the other set kept, if any",
+                  "                spare = take() if len(spares) == 2 else NO_SPARE",
+                  "            except IndexError:",
+                  "                spare = NO_SPARE",
+                  f"            if not ({free}):",
+                  "                if spare is not NO_SPARE:",
+                  "                    keep(spare)",
+                  "                spare = NO_SPARE",
+                  "    if spare is not NO_SPARE:", *[f"        p{k} = d{k}.ptr" for k, _ in allocations], "    else:",
                   *["        " + line.replace("\n", "\n        ") for line in new_lines],
-                  f"        spare = (handle, allocator_in_use(), {''.join(f'v{k}, ' for k, _ in allocations)})"]
+                  f"        spare = (handle, alloc, {''.join(f'v{k}, ' for k, _ in allocations)})"]
     for k in range(n_outputs + len(allocations) - (0 if given_outputs else n_outputs)):
         lines.append(f"    n{k} = p{k}" if by_address else f"    n{k} = v{k}")
     if stream is None:

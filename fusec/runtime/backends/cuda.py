@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import operator
 import os
 import re
@@ -22,6 +23,7 @@ import sys
 import threading
 import weakref
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -306,6 +308,9 @@ class CudaBackend:
                 self._params[variant.name] = launch.params
         self._fill: dict[str, int] = {}  # variant -> blocks that fill the device, once computed
         self._reader_cache: dict[type, tuple | None] = {}
+        # Generated keys test for torch's tensors before CuPy's arrays (`signature_lines`): set,
+        # once for good, when a call of tensors is recorded (Executor.call_missed).
+        self.tensors_first = False
 
     def _launch_config(self, grid: int, block: int, shared_bytes: int, cluster: int = 1):
         """cuLaunchKernelEx's configuration of a launch (on stream 0 until set), in
@@ -462,14 +467,15 @@ class CudaBackend:
         tensors where torch is imported, are read inline, as `signature` reads them."""
         names.update(ndarray=self.cp.ndarray, DEVICE=self.device, device_of=_device_of)
         v = f"{target}_value"
-        lines = [f"    {v} = {value}", f"    if type({v}) is ndarray:", f"        {target}_data = {v}.data"]
+        arrays = [f"type({v}) is ndarray:", f"        {target}_data = {v}.data"]
         if address is None:
-            lines.append(f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)")
+            arrays.append(f"        {target} = ({target}_data.ptr, {v}.shape, {v}.strides, {v}.dtype)")
         else:
             # no parameter written (executor._free): C-contiguity is all the layout the binder checks
-            lines += [f"        {address} = {target}_data.ptr", f"        {target} = ({v}.shape, {v}._c_contiguous, {v}.dtype)"]
+            arrays += [f"        {address} = {target}_data.ptr", f"        {target} = ({v}.shape, {v}._c_contiguous, {v}.dtype)"]
         if on_device:
-            lines += [f"        if {target}_data.device_id != DEVICE:", f"            {target} = None"]
+            arrays += [f"        if {target}_data.device_id != DEVICE:", f"            {target} = None"]
+        branches = [arrays]
         torch = sys.modules.get("torch")
         readers = None if torch is None else self._readers(torch.Tensor)
         if readers is not None:
@@ -482,15 +488,20 @@ class CudaBackend:
             rest = f"{v}.shape, tensor_is_contiguous({v}), {v}.dtype, {v}.requires_grad"
             read = [f"            {target} = (tensor_data_ptr({v}), {rest})"] if address is None else \
                 [f"            {address} = tensor_data_ptr({v})", f"            {target} = ({rest})"]
-            lines += [f"    elif {' or '.join(f'type({v}) is tensor_kind{j}' for j in range(len(kinds)))}:",
-                      "        try:", *read,
-                      "        except Exception:  # e.g. a sparse tensor has no address: the full check says why",
-                      f"            {target} = None",
-                      "        else:",
-                      f"            if {target}[-1]:  # requires grad: grad mode in the key too (`signature`)",
-                      f"                {target} += (grad_enabled(),)"]
+            tensors = [f"{' or '.join(f'type({v}) is tensor_kind{j}' for j in range(len(kinds)))}:",
+                       "        try:", *read,
+                       "        except Exception:  # e.g. a sparse tensor has no address: the full check says why",
+                       f"            {target} = None",
+                       "        else:",
+                       f"            if {target}[-1]:  # requires grad: grad mode in the key too (`signature`)",
+                       f"                {target} += (grad_enabled(),)"]
             if on_device:
-                lines += [f"            if {v}.get_device() != DEVICE:", f"                {target} = None"]
+                tensors += [f"            if {v}.get_device() != DEVICE:", f"                {target} = None"]
+            # the kind tested first: tensors, once a call of them was recorded (`tensors_first`)
+            branches.insert(0 if self.tensors_first else 1, tensors)
+        lines = [f"    {v} = {value}"]
+        for j, (test, *body) in enumerate(branches):
+            lines += [f"    {'if' if j == 0 else 'elif'} {test}", *body]
         lines += ["    else:", f"        {target} = signature({v})"]
         if on_device:
             lines += [f"        if {target} is not None and device_of({v}) != DEVICE:", f"            {target} = None"]
@@ -603,16 +614,26 @@ class CupyArrays(OwnArrays):
         super().__init__("CuPy arrays", cp.ndarray, _cupy_pointer)
         self.allocator_in_use = getattr(cp.cuda, "get_allocator", None)  # None: nothing is reused
 
+    def array_over(self, shape: tuple, dtype) -> tuple[int, Callable]:
+        """A new array as a recorded call makes one where it reuses none (executor._generate):
+        its bytes, taken from the allocator in use (which the call reads anyway, to check its
+        spares), and array(memory), the array over them: what cupy.ndarray(shape, dtype) does
+        (cupy.cuda.alloc, that is the current allocator, then the array), less its look-up of
+        the allocator (a thread-local read) and a frame."""
+        return math.prod(shape) * np.dtype(dtype).itemsize, functools.partial(self.empty, tuple(shape), dtype)
+
     @staticmethod
-    def unused(array: str, pointer: str, shape: str, names: dict) -> str:
-        """A condition of generated code: `array` (its `.data` read into `pointer`), held by
-        a tuple of the code's and its local alone, is referenced by nothing else (no view,
-        no weak reference, no holder of its MemoryPointer or of that pointer's memory), and
-        has the shape named, C-contiguous (its strides those of the shape: CuPy keeps the
-        flag with them, and reads it faster than a strides tuple)."""
+    def unused(item: str, array: str, pointer: str, shape: str, names: dict) -> str:
+        """A condition of generated code: the array `item` (read into `array`, its `.data`
+        into `pointer`), held by a tuple of the code's alone, is referenced by nothing else
+        (no view, no weak reference, no holder of its MemoryPointer or of that pointer's
+        memory), and has the shape named, C-contiguous (its strides those of the shape: CuPy
+        keeps the flag with them, and reads it faster than a strides tuple). The array's own
+        count first: what fails where the caller still holds it."""
         names.update(getrefcount=sys.getrefcount, getweakrefcount=weakref.getweakrefcount)
         refs_array, refs_pointer, refs_memory = _ALONE
-        return (f"getrefcount({array}) == {refs_array} and getrefcount({pointer}) == {refs_pointer} and "
+        return (f"getrefcount({array} := {item}) == {refs_array} and "
+                f"getrefcount({pointer} := {array}.data) == {refs_pointer} and "
                 f"getrefcount({pointer}.mem) == {refs_memory} and not getweakrefcount({array}) and "
                 f"{array}.shape == {shape} and {array}._c_contiguous")
 
@@ -630,8 +651,8 @@ def _alone() -> tuple[int, int, int]:
     spare = (None, None, array)
     del array
     names = {"getrefcount": sys.getrefcount}
-    exec("def probe(spare):\n    v0 = spare[2]\n    d0 = v0.data\n"
-         "    return getrefcount(v0), getrefcount(d0), getrefcount(d0.mem)\n", names)
+    exec("def probe(spare):\n    return getrefcount(v0 := spare[2]), getrefcount(d0 := v0.data), "
+         "getrefcount(d0.mem)\n", names)
     return names["probe"](spare)
 
 
