@@ -146,7 +146,7 @@ def bounding(pipeline, fast: bool, mufu_us: float, measured_us: float | None, co
     """What bounds a form, and the functions that make it: the copy; the
     special-function unit (`mufu_us`: the functions by their MUFU operations);
     or the rest of the arithmetic (the cost model's time from the op table of
-    fusec/target_data, measured for the accurate functions, stated for the fast
+    fusec/target_data, measured on the H200 for the accurate and the fast
     ones: the functions by their share of it), whichever takes longest."""
     from fusec.passes.cost import target_costs
     functions = functions_of(pipeline)
@@ -231,7 +231,7 @@ def fast_op_costs(cp) -> None:
     print(f"\n{OP_K} applications an element of 2^{op_costs.N.bit_length() - 1}, less the same sums without "
           f"the function ({base[0]:.1f} µs accurate, {base[1]:.1f} µs fast math):\n")
     print("| function | accurate µs | fast math µs | accurate ps an element | fast math ps an element | "
-          "op table: accurate (measured), fast (stated) |\n|---|---|---|---|---|---|")
+          "op table: accurate (measured), fast (measured) |\n|---|---|---|---|---|---|")
     for op, source in zip(FAST_OPS, sources[1:]):
         us = [timed(source, fast) for fast in (False, True)]
         ps = [max(0.0, (u - b) * 1e6 / (op_costs.N * OP_K)) for u, b in zip(us, base)]
