@@ -25,14 +25,16 @@ time_gpu; 3 or 2 repetitions of one call where a call takes 10 or 30 ms);
 then the close ones (within 5 % of the fastest, or three times the pipeline's
 noise; at most eight, with the model's pick, the estimate's pick and the tuned
 pick) in EXTRA_PASSES more shuffled passes, so that the winner among them is
-decided on the median of their passes.
+decided on the median of their passes. Then the partitions `fusec tune` times
+are timed as it times them (tuning.interleaved_medians: each once a round, in
+interleaved rounds), which gives the tuned pick.
 
 Reported per pipeline, as the issue defines them: the model's pick against
 the fastest candidate of the second pass; over all candidate pairs whose times
 differ by more than 3 % and three times the noise, Kendall's tau-b of
 predicted and measured order, and the median |ln(predicted / measured)|; the
-pick `fusec tune` would make (the fastest in the first pass of the partitions
-it times) against the fastest. Beside them, the same ratios on the median of
+pick `fusec tune` makes (the fastest of its partitions by its own timing)
+against the fastest. Beside them, the same ratios on the median of
 every pass a candidate had.
 
 The JSON keeps every candidate's full record for refitting the model offline:
@@ -64,6 +66,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
 from fusec.bench.harness import dims_for
+from fusec.runtime import tuning
 from fusec.bench.harness import make_args as harness_args
 
 ELEMENTS = int(os.environ.get("FUSEC_ELEMENTS", 2 ** 26))
@@ -162,7 +165,6 @@ def candidates(job) -> dict:
     from fusec.passes.fusion import CAPS, FusionOptions, Pricer, ranked_partitions
     from fusec.passes.lower import lower
     from fusec.passes.partitions import Context, greedy, neighbours, random_partition
-    from fusec.runtime import tuning
     from fusec.runtime.backends.cuda import ptxas_observations
     started = time.perf_counter()
     program = check_source(Source(source_name, source_text))
@@ -315,6 +317,9 @@ def projected_seconds(entries: list[tuple], randoms: int) -> float:
     total = sum(CHECK_SECONDS + 3 * us * 1e-6 + 2 * pass_seconds(us) for _, _, us in kept)
     close = sorted(us for _, _, us in kept)[:CLOSE_MAX + 3]
     total += EXTRA_PASSES * sum(pass_seconds(us, REPS) for us in close)
+    # the tune set as fusec tune times it: about the cheapest, each a sample a round
+    tuned = sorted(us for _, _, us in kept)[:tuning.MAX_CANDIDATES]
+    total += tuning.ROUNDS * sum(max(us, tuning.SAMPLE_US) * 1e-6 for us in tuned)
     return total
 
 
@@ -363,6 +368,25 @@ def gpu_samples(cp, fn, reps: int | None = None, known_us: float | None = None) 
     return samples
 
 
+def gpu_time_calls(cp, fn, n: int) -> float:
+    """µs of n calls back to back, timed with CUDA events (tuning.interleaved_medians' clock)."""
+    begin, end = cp.cuda.Event(), cp.cuda.Event()
+    begin.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(begin, end) * 1000
+
+
+def cpu_time_calls(fn, n: int) -> float:
+    """The sim's stand-in of gpu_time_calls: µs of n calls on the CPU."""
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) * 1e6
+
+
 def cpu_samples(fn, reps: int | None = None, known_us: float | None = None) -> list[float]:
     """The sim's stand-in: µs of one call on the CPU (meaningless as a GPU time: it checks the plumbing)."""
     start = time.perf_counter()
@@ -397,7 +421,7 @@ def main() -> None:
     if sim or enumerate_only:
         import numpy as cp
         arch = "sm_90"
-        timer = cpu_samples
+        timer, time_calls = cpu_samples, cpu_time_calls
         device = "none (sim backend)" if sim else "none"
     else:
         import cupy as cp
@@ -405,6 +429,7 @@ def main() -> None:
         from fusec.runtime.backends.cuda import device_arch, device_name
         arch, device = device_arch(), device_name()
         timer = lambda fn, reps=None, known_us=None: gpu_samples(cp, fn, reps, known_us)  # noqa: E731
+        time_calls = lambda fn, n: gpu_time_calls(cp, fn, n)  # noqa: E731
     executor = None if enumerate_only else _executor(sim)
     programs = {(n, d): p for n, d, p in corpus(dtypes) if not only or n in only}
     # shards balanced by source length (a proxy for candidates and compile time)
@@ -504,7 +529,7 @@ def main() -> None:
                 continue
             begun = time.perf_counter()
             try:
-                result = measure(cp, programs[(name, dtype)], found, kept, rng, executor, timer)
+                result = measure(cp, programs[(name, dtype)], found, kept, rng, executor, timer, time_calls)
             except Exception:  # one pipeline's failure is reported, the others still measured
                 say(f"{name} {dtype}: failed\n{traceback.format_exc()}")
                 record["not_measured"].append(f"{name} {dtype} (failed)")
@@ -542,9 +567,10 @@ def _executor(sim: bool):
     return lambda cuda, interface: Executor(interface, CudaBackend(cuda, interface))
 
 
-def measure(cp, program, found, kept, rng, executor, timer) -> dict:
+def measure(cp, program, found, kept, rng, executor, timer, time_calls) -> dict:
     """Each kept candidate checked against the unfused result, then timed in two
-    shuffled passes, and the close ones in EXTRA_PASSES more."""
+    shuffled passes, and the close ones in EXTRA_PASSES more; then the tune set
+    as `fusec tune` times it (`time_calls(call, n)`: µs of n calls)."""
     pipeline = program.pipelines[0]
     args = make_args(cp, pipeline)
     tuned = set(found["tuned"])
@@ -603,6 +629,9 @@ def measure(cp, program, found, kept, rng, executor, timer) -> dict:
     close = close_set(entries, noise)
     for _ in range(EXTRA_PASSES):
         timed(close, REPS)
+    tune_set = [e for e in built if e["tuned"] and e["ok"]]
+    for e, us in zip(tune_set, tuning.interleaved_medians([lambda e=e: e["run"](*args) for e in tune_set], time_calls)):
+        e["tune_us"] = round(us, 2)
     for e in built:
         e.pop("run")
         medians = [statistics.median(s) for s in e["samples"]]
@@ -746,7 +775,8 @@ def summary(shards):
         noise = statistics.median(abs(c["t0"] - c["t1"]) / c["t1"] for c in e)
         best, best_final = min(e, key=lambda c: c["t1"]), min(c["final"] for c in e)
         unrefined = next((c for c in e if c["how"].startswith("model's pick before compiling")), pick)
-        tuned = min((c for c in e if c.get("tuned")), key=lambda c: c["t0"], default=pick)
+        # fusec tune's pick: by its own timing (records before it was kept: the first pass)
+        tuned = min((c for c in e if c.get("tuned")), key=lambda c: c.get("tune_us", c["t0"]), default=pick)
         counts = {"t1": pairs(e, noise), "final": pairs(e, noise, "final"),
                   "ptxas": pairs(e, noise, predicted="predicted_ptxas") if "predicted_ptxas" in pick else (0, 0, 0)}
         for k, (c, d, t) in counts.items():

@@ -41,9 +41,10 @@ def test_the_fastest_measured_wins_and_a_wrong_one_never_does(tmp_path, monkeypa
     found = tuning.candidates(c, options)
     fastest, wrong = found[-1][0], found[-2][0]
 
-    def measure(candidate):  # a stand-in: the last candidate is fastest, the one before computes wrongly
-        groups = candidate.partition.groups
-        return None if groups == wrong else (1.0 if groups == fastest else 5.0)
+    def measure(candidates):  # a stand-in: the last candidate is fastest, the one before computes wrongly
+        groups = [candidate.partition.groups for candidate in candidates]
+        assert groups == [g for g, _, _ in found]  # every candidate, compiled, measured together
+        return [None if g == wrong else (1.0 if g == fastest else 5.0) for g in groups]
     timings = tuning.tune(c, options, measure)
     assert timings[0].groups == fastest and timings[0].measured_us == 1.0
     assert timings[-1].measured_us is None and timings[-1].groups == wrong
@@ -54,6 +55,30 @@ def test_the_fastest_measured_wins_and_a_wrong_one_never_does(tmp_path, monkeypa
     assert tuning.cached_partition(c.program, "transcendental_chain", shapes, "A100", options) is None
     assert tuning.cached_partition(c.program, "transcendental_chain", (("n", 2048),), "H200", options) is None
     assert "| kernels | found as |" in tuning.describe(timings) and "differs" in tuning.describe(timings)
+
+
+def test_candidates_are_timed_in_interleaved_rounds_so_a_drift_falls_on_all():
+    """A device that slows by 10 % over the tuning (its power cap): timed one candidate
+    after the other, the 2 % faster one timed last would lose; interleaved, it wins.
+    Each sample is a loop of calls of at least SAMPLE_US."""
+    clock = [0.0]
+    base = {"slower": 1000.0, "faster": 980.0}  # µs a call at full speed
+    loops = []
+
+    def time_calls(call, n):
+        us = base[call()] * n * (1 + 0.10 * min(1.0, clock[0] / 20_000))  # 10 % slower after 20 ms
+        clock[0] += us
+        loops.append(base[call()] * n)
+        return us
+    calls = [lambda: "slower", lambda: "faster"]
+    slower, faster = tuning.interleaved_medians(calls, time_calls, rounds=9)
+    assert faster < slower
+    assert loops[:2] == [1000.0, 980.0] and min(loops[2:]) >= tuning.SAMPLE_US  # a call each, then loops
+    # the same drift with the candidates timed one after the other: the faster one, timed last, loses
+    clock[0] = 0.0
+    first = [time_calls(calls[0], 2) for _ in range(9)]
+    second = [time_calls(calls[1], 2) for _ in range(9)]
+    assert sorted(second)[4] > sorted(first)[4]
 
 
 def test_tune_needs_the_cuda_backend():

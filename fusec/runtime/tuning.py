@@ -2,8 +2,8 @@
 
 `fusec tune FILE.fz` and `fusec.jit(..., tune=True)` time the model's five
 best partitions and the one-move neighbours of its pick (at most
-`MAX_CANDIDATES`), each checked against the first before it counts, and keep
-the fastest per pipeline, shape class and GPU in fusec's cache (as Triton's
+`MAX_CANDIDATES`), each checked against the first before it counts, timed in
+interleaved rounds (`interleaved_medians`), and keep the fastest per pipeline, shape class and GPU in fusec's cache (as Triton's
 autotuner keeps a config per key). A later compile of the same pipeline for
 the same shape class on the same GPU uses the winner (`cached_partition`).
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,6 +22,12 @@ from fusec.passes.fusion import predict_partition, ranked_partitions
 from fusec.passes.partitions import Context, neighbours
 
 MAX_CANDIDATES = 8
+# Each candidate timed once a round, in a shuffled order, over ROUNDS rounds; a sample is a
+# loop of calls of at least SAMPLE_US. On the H200 a compute-bound kernel's time drifts by
+# 2-4 % over seconds as the power cap moves the clock (BENCHMARKS.md, the ninth session):
+# timed one candidate after another, the drift would decide between candidates that close.
+ROUNDS = 7
+SAMPLE_US = 2000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +64,31 @@ def candidates(compiled: Compiled, options: CompileOptions) -> list[tuple[tuple,
     return [(groups, how, us) for groups, (how, us) in best]
 
 
-def tune(compiled: Compiled, options: CompileOptions, measure: Callable[[Compiled], float | None]) -> list[Timing]:
-    """Each candidate compiled and measured (`measure` returns µs, or None where its
-    results differ from the first candidate's); fastest first."""
+def tune(compiled: Compiled, options: CompileOptions,
+         measure: Callable[[list[Compiled]], list[float | None]]) -> list[Timing]:
+    """Every candidate compiled, then measured together (`measure` returns µs for
+    each, or None where its results differ from the first candidate's); fastest first."""
     program, name = compiled.program, compiled.interface.pipeline
-    timings = []
-    for groups, how, predicted in candidates(compiled, options):
-        candidate = compile_pipeline(program, name, _with(options, groups))
-        timings.append(Timing(groups, how, predicted, measure(candidate)))
+    found = candidates(compiled, options)
+    built = [compile_pipeline(program, name, _with(options, groups)) for groups, _, _ in found]
+    timings = [Timing(groups, how, predicted, us) for (groups, how, predicted), us in zip(found, measure(built))]
     return sorted(timings, key=lambda t: (t.measured_us is None, t.measured_us or 0.0))
+
+
+def interleaved_medians(calls: list[Callable[[], object]], time_calls: Callable[[Callable, int], float],
+                        rounds: int = ROUNDS, seed: int = 0) -> list[float]:
+    """µs a call of each of `calls`: a first call of each (warming it, and sizing its
+    sample to SAMPLE_US), then `rounds` rounds timing each once in a shuffled order;
+    the median of its rounds. `time_calls(call, n)` is the µs of n calls back to back.
+    A drift of the device's speed over the rounds falls on every candidate alike."""
+    reps = [max(1, math.ceil(SAMPLE_US / max(time_calls(call, 1), 1e-3))) for call in calls]
+    samples: list[list[float]] = [[] for _ in calls]
+    order, rng = list(range(len(calls))), random.Random(seed)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for i in order:
+            samples[i].append(time_calls(calls[i], reps[i]) / reps[i])
+    return [statistics.median(s) for s in samples]
 
 
 def _with(options: CompileOptions, groups: tuple) -> CompileOptions:
@@ -106,37 +130,45 @@ def describe(timings: list[Timing]) -> str:
     return "\n".join(rows)
 
 
-def device_measure(args: list, arch: str, repeats: int = 5) -> Callable[[Compiled], float | None]:
-    """measure(compiled) on the current CUDA device: the median µs of `repeats`
-    timed calls (CUDA events) on copies of `args` (checked arguments: the caller's
-    arrays are never written), or None where the results differ from the first
-    candidate measured."""
+def device_measure(args: list, arch: str, rounds: int = ROUNDS) -> Callable[[list[Compiled]], list[float | None]]:
+    """measure(candidates) on the current CUDA device: each run on copies of `args`
+    (checked arguments: the caller's arrays are never written) and its results held
+    against the first candidate's (None where they differ), then the others timed
+    together with CUDA events (`interleaved_medians`)."""
     import cupy as cp
     import numpy as np
 
     from fusec.runtime.backends.cuda import CudaBackend
     from fusec.runtime.executor import Executor
-    first: list = []
 
-    def measure(compiled: Compiled) -> float | None:
-        run = Executor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface, arch=arch))
-        fresh = [a.copy() if isinstance(a, cp.ndarray) else a for a in args]
+    def results_of(compiled: Compiled, run, fresh) -> list:
         out = run(*fresh)
         results = [cp.asnumpy(o).astype(np.float64) for o in (out if isinstance(out, tuple) else (out,))
                    if o is not None]
-        results += [cp.asnumpy(a).astype(np.float64) for a, p in zip(fresh, compiled.interface.signature.params)
-                    if p.role == "inout"]
-        if not first:
-            first.extend(results)
-        elif not all(np.allclose(r, f, rtol=1e-3, atol=1e-5, equal_nan=True) for r, f in zip(results, first)):
-            return None
-        samples = []
-        for _ in range(repeats):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record()
-            run(*fresh)
-            end.record()
-            end.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(start, end) * 1000)
-        return sorted(samples)[len(samples) // 2]
+        return results + [cp.asnumpy(a).astype(np.float64)
+                          for a, p in zip(fresh, compiled.interface.signature.params) if p.role == "inout"]
+
+    def time_calls(call, n: int) -> float:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(n):
+            call()
+        end.record()
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) * 1000
+
+    def measure(candidates: list[Compiled]) -> list[float | None]:
+        first, calls = None, []
+        for compiled in candidates:
+            run = Executor(compiled.interface, CudaBackend(compiled.cuda, compiled.interface, arch=arch))
+            fresh = [a.copy() if isinstance(a, cp.ndarray) else a for a in args]
+            results = results_of(compiled, run, fresh)
+            if first is None:
+                first = results
+            elif not all(np.allclose(r, f, rtol=1e-3, atol=1e-5, equal_nan=True) for r, f in zip(results, first)):
+                calls.append(None)
+                continue
+            calls.append(lambda run=run, fresh=fresh: run(*fresh))
+        timed = iter(interleaved_medians([c for c in calls if c is not None], time_calls, rounds))
+        return [None if c is None else next(timed) for c in calls]
     return measure
