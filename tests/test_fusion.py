@@ -226,3 +226,13 @@ def test_a_loop_whose_values_nobody_reads_is_dropped():
     program = _program("pipeline p(x: f32[n], k: i32) -> (y: f32[n]) {\n  t = x;\n"
                        "  repeat k { t = t * 2.0; }\n  y = x + 1.0;\n}")
     assert [k.stages for k in kernels(compile_pipeline(program, "p"))] == [("y",)]
+
+
+def test_the_reasons_a_column_sum_stays_apart_say_what_it_is():
+    """A column sum's partial sums of per-row values, and each finish over partial sums,
+    are kernels of their own: the report says so, not that equal spaces differ."""
+    c = compile_pipeline(load_program(ROOT / "examples/cross_entropy.fz"), "cross_entropy")
+    reasons = " ".join(d.reason for d in c.partition.decisions)
+    assert "col_partial sums values of [rows, 1] over the rows: a row kernel takes column sums only" in reasons
+    assert "col_sum_2 finishes a column sum over its partial sums: a kernel of its own" in reasons
+    assert "[128, 1] differs from [128, 1]" not in reasons

@@ -185,6 +185,13 @@ def relation(ctx: Context, stage: Stage, members: list[Stage]) -> str:
 
 
 def _space_difference(stage: Stage, other: Stage) -> str:
+    finish = next((s for s in (stage, other) if s.space[0] == "columns"), None)
+    if finish is not None:
+        return f"{finish.name} finishes a column sum over its partial sums: a kernel of its own"
+    per_row = next((s for s in (stage, other) if s.reduce == "col_partial" and not s.rows), None)
+    if per_row is not None and (stage.rows or other.rows):
+        return (f"{per_row.name} sums values of {fmt_shape(per_row.shape)} over the rows: a row kernel takes "
+                "column sums only of its rows' elements")
     if stage.rows != other.rows and (stage.rows or other.rows):
         lead, length = stage.rows or other.rows
         return (f"iteration space {fmt_shape(stage.shape)} differs from {fmt_shape(other.shape)}, and only "
