@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from fusec.codegen.emit import emit_module
-from fusec.ir.launch import LaunchInterface
+from fusec.ir.launch import LaunchInterface, in_memory_scalars, with_scalars_in_memory
 from fusec.ir.program import Program
 from fusec.ir.stages import StageGraph
 from fusec.passes.fusion import FUSE_MODES, FusionOptions, Partition, best_partition, fuse
@@ -34,6 +34,9 @@ class CompileOptions:
     partition: tuple[tuple[int, ...], ...] | None = None  # stage indices per kernel, chosen elsewhere (tuning)
     observed: tuple = ()  # passes.guard.Observation: real registers of kernels compiled before
     fast_math: bool = False  # f32 functions as their hardware approximations; denormals flushed (README)
+    # Float scalars the kernels read from device memory (a 0-d float64 array each call: ScalarInMemory),
+    # by name, or True for every float scalar; the default () passes every scalar by value.
+    scalars_in_memory: bool | tuple[str, ...] = ()
 
     def __post_init__(self):
         check_arch(self.arch)
@@ -43,6 +46,9 @@ class CompileOptions:
         if mode not in FUSE_MODES:
             raise ValueError(f"fuse: expected one of {', '.join(FUSE_MODES)} (or True/False), got {self.fuse!r}")
         object.__setattr__(self, "fuse", mode)
+        if isinstance(self.scalars_in_memory, (list, str)):
+            names = [self.scalars_in_memory] if isinstance(self.scalars_in_memory, str) else self.scalars_in_memory
+            object.__setattr__(self, "scalars_in_memory", tuple(names))
 
     def auto_fusion(self) -> FusionOptions:
         """The fusion pass's options for ranking this compile's partitions as the
@@ -75,4 +81,6 @@ def compile_pipeline(program: Program, name: str, options: CompileOptions = Comp
                               PlanOptions(fused=options.fuse != "none", max_regs=options.max_regs, arch=options.arch,
                                           grid_stride=options.persistent, multi_tensor=options.multi_tensor,
                                           observed=options.observed, fast_math=options.fast_math))
+    if options.scalars_in_memory:
+        interface = with_scalars_in_memory(interface, in_memory_scalars(interface.signature, options.scalars_in_memory))
     return Compiled(program, graph, partition, interface, emit_module(interface, program.source.name))

@@ -42,8 +42,23 @@ class JitOptions:
     persistent: bool = False
     fast_math: bool = False
     tune: bool = False
+    # Float scalars the kernels read from device memory, each call's value a 0-d float64 array
+    # on the call's device (names, or True: every float scalar); () passes every scalar by value.
+    scalars_in_memory: bool | tuple[str, ...] = ()
 
     def __post_init__(self):
+        chosen = self.scalars_in_memory
+        if isinstance(chosen, str):
+            chosen = (chosen,)
+        if isinstance(chosen, list):
+            chosen = tuple(chosen)
+        if not (isinstance(chosen, bool) or isinstance(chosen, tuple) and all(isinstance(n, str) for n in chosen)):
+            raise TypeError(f"fusec.jit(): scalars_in_memory= takes True, False or the names of float scalar "
+                            f"parameters; got {self.scalars_in_memory!r}")
+        object.__setattr__(self, "scalars_in_memory", chosen)
+        if chosen and self.graph:
+            raise ValueError("fusec.jit(): graph=True with scalars_in_memory= is not supported yet (a graph holds "
+                             "its scalars' values)")
         if isinstance(self.fuse, bool):
             object.__setattr__(self, "fuse", "auto" if self.fuse else "none")
         if self.fuse not in FUSE_MODES:
@@ -64,7 +79,7 @@ class JitOptions:
 
 def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max_regs: int | None = None,
         arch: str | None = None, pipeline: str | None = None, graph: bool = False, persistent: bool = False,
-        fast_math: bool = False, tune: bool = False):
+        fast_math: bool = False, tune: bool = False, scalars_in_memory: bool | tuple[str, ...] = ()):
     """Compile a .fz file (a path), .fz source text, or (as a decorator) a Python function.
 
     fuse: "auto" (the cost model decides; True), "all" (every stage that may
@@ -76,9 +91,13 @@ def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max
     fast_math: f32 functions as their hardware approximations, denormals
     flushed (README, "Fast math"). tune: at the first call, time the cost
     model's best few partitions on the device and keep the fastest (cached per
-    pipeline, shape class and GPU; needs the cuda backend).
+    pipeline, shape class and GPU; needs the cuda backend). scalars_in_memory: float
+    scalars (names, or True for all) that the kernels read from device memory: each
+    call passes a 0-d float64 array on its device for them (a torch tensor made in a
+    compiled graph, so a new value needs no recompilation and no synchronization);
+    the numpy backend (the reference) takes them by value as ever.
     """
-    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent, fast_math, tune)
+    options = JitOptions(fuse, backend, max_regs, arch, graph, persistent, fast_math, tune, scalars_in_memory)
     if source is None:
         return lambda fn: _jit(fn, options, pipeline)
     return _jit(source, options, pipeline)
@@ -149,6 +168,7 @@ class JitPipeline:
         o = self.options
         return CompileOptions(**{"fuse": o.fuse, "max_regs": o.max_regs, "arch": self.arch,
                                  "persistent": o.persistent, "fast_math": o.fast_math,
+                                 "scalars_in_memory": o.scalars_in_memory,
                                  "partition": self.__dict__.get("_tuned_partition"), **changes})
 
     @functools.cached_property

@@ -228,3 +228,73 @@ def test_op_runs_on_a_side_stream():
     for value, z in zip((1.0, -1.0, 2.0), results):
         expected = 2 * bias_gelu_torch(torch.tensor(value), torch.tensor(0.0), 1.0).item()
         assert abs(float(z.min()) - expected) <= 1e-5 and abs(float(z.max()) - expected) <= 1e-5
+
+
+# ---- float scalars read from device memory (scalars_in_memory): a new learning rate on CUDA
+
+
+def test_scalars_in_memory_on_the_gpu_are_bit_identical_to_by_value():
+    """The cuda backend's kernels reading a 0-d float64 CuPy array or CUDA tensor, against the
+    by-value module; on every call path (a new value each call); wrong arrays named."""
+    source = """
+pipeline p(x: bf16[n], s: bf16, t: f32) -> (y: f32[n]) {
+    y = f32(x) * s + t;
+}"""
+    by_value = fusec.jit(source, backend="cuda")
+    in_memory = fusec.jit(source, backend="cuda", scalars_in_memory=True)
+    x = torch.linspace(-3, 3, 4099, device="cuda").to(torch.bfloat16)
+    for s in (0.0, 1 / 3, 1 + 2 ** -8 + 2 ** -30, -2.5, 1e-39):
+        expected = by_value(x, s, 0.125)
+        found = in_memory(x, torch.tensor(s, dtype=torch.float64, device="cuda"),
+                          cp.asarray(np.float64(0.125)))
+        assert torch.equal(found, expected), s
+    with pytest.raises(ArgumentError, match=r"parameter 's' \(bf16\) is read from device memory.*on the cpu"):
+        in_memory(x, torch.tensor(0.5, dtype=torch.float64), cp.asarray(np.float64(0.125)))
+    with pytest.raises(ArgumentError, match=r"parameter 't' \(f32\).*NumPy array is in host memory"):
+        in_memory(x, torch.tensor(0.5, dtype=torch.float64, device="cuda"), np.array(0.125))
+    with pytest.raises(ArgumentError, match=r"parameter 's' \(bf16\).*not a float"):
+        in_memory(x, 0.5, cp.asarray(np.float64(0.125)))
+
+
+def _learning_rate_model(op):
+    model = BiasGeluMLP(op, 128).cuda()
+    return model, torch.randn(32, 128, device="cuda")
+
+
+def test_a_new_learning_rate_reads_device_memory_and_does_not_recompile():
+    """torch.compile(fullgraph=True) on CUDA tensors, forward and backward: five values, two
+    compilations (the first value as a constant, then the float as an input); the op's kernels
+    (forward and backward) read the value from device memory; results and gradients as eager."""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    runs = []
+    for target in (op, op.backward):
+        run = target._execute
+        target._execute = lambda args, in_memory=False, run=run: runs.append(in_memory) or run(args, in_memory)
+    model, x = _learning_rate_model(op)
+    compiled = torch.compile(model, fullgraph=True)
+    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
+        runs.clear()
+        y = compiled(x, scale)
+        (grad,) = torch.autograd.grad(y.sum(), model.bias)
+        assert runs == [True, True]  # the forward and its backward, each reading memory
+        expected = model.reference(x, scale)
+        (want,) = torch.autograd.grad(expected.sum(), model.bias)
+        torch.testing.assert_close(y, expected, **F32)
+        torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+
+
+@torch.no_grad()
+def test_a_new_learning_rate_under_reduce_overhead():
+    """mode="reduce-overhead": every value used (a stale one, baked into a captured graph, fails).
+    Prints the graph count and cudagraph skips (README: expected 2 and 0)."""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"))
+    model, x = _learning_rate_model(op)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for _ in range(2):  # each value twice: warm-up, record, replay
+        for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
+            y = compiled(x, scale).clone()  # a replay overwrites its outputs
+            torch.testing.assert_close(y, model.reference(x, scale), **F32)
+    counters = torch._dynamo.utils.counters
+    print(f"reduce-overhead: unique_graphs={counters['stats']['unique_graphs']}, "
+          f"cudagraph_skips={counters['inductor']['cudagraph_skips']}")

@@ -296,3 +296,89 @@ def test_an_op_whose_backward_takes_its_saved_output_passes_opcheck_and_compiles
     twin = x.detach().clone().requires_grad_()
     (torch.softmax(twin, -1) * weights).sum().backward()
     torch.testing.assert_close(x.grad, twin.grad, rtol=1e-5, atol=1e-6)
+
+
+# ---- float scalars read from memory by the kernels (scalars_in_memory): CUDA's path, run on the sim
+
+
+def _spy_in_memory(op) -> list:
+    """Records, for each run of the op and of its backward op, whether its kernels read the float
+    scalars from memory (`TorchOp._execute`'s in_memory)."""
+    seen = []
+    for target, what in ((op, "forward"), (op.backward, "backward")):
+        run = target._execute
+
+        def spy(args, in_memory=False, run=run, what=what):
+            seen.append((what, in_memory))
+            return run(args, in_memory)
+        target._execute = spy
+    return seen
+
+
+@pytest.mark.parametrize("backend,grad", [("aot_eager", True)])  # Inductor's CPU path: tests above
+def test_scalars_read_from_memory_on_cpu_under_compile(backend, grad):
+    """scalars_in_memory=True on CPU tensors: under torch.compile the op takes each float as a
+    0-d float64 tensor that the sim's kernels read (the path CUDA tensors take by default),
+    forward and backward; five values, two compilations (as test_a_new_float_argument_does_not_
+    recompile), every value used; eager calls keep the Scalar."""
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), scalars_in_memory=True)
+    seen = _spy_in_memory(op)
+    model = BiasGeluMLP(op, 16)
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
+    x = torch.randn(8, 16)
+    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
+        with torch.set_grad_enabled(grad):
+            found = compiled(x, scale)
+            expected = model(x, scale)
+            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
+            if grad:
+                (g,) = torch.autograd.grad(found.sum(), model.bias)
+                (want,) = torch.autograd.grad(expected.sum(), model.bias)
+                torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    compiled_runs = [m for what, m in seen if what == "forward"][0::2]  # compiled, then eager, each value
+    eager_runs = [m for what, m in seen if what == "forward"][1::2]
+    assert compiled_runs == [True] * 5 and eager_runs == [False] * 5
+    if grad:
+        assert [m for what, m in seen if what == "backward"] == [True, False] * 5
+
+
+def test_scalars_in_memory_op_passes_opcheck_and_matches_the_by_value_op():
+    op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), scalars_in_memory=True)
+    seen = _spy_in_memory(op)
+    x, b = torch.randn(5, 7, requires_grad=True), torch.randn(7, requires_grad=True)
+    scale = torch.tensor(1 / 3, dtype=torch.float64)
+    torch.library.opcheck(op.op_tensor_scalars, (x, b, scale))
+    seen.clear()
+    with torch.no_grad():
+        assert torch.equal(op(x, b, scale), op(x, b, 1 / 3))  # bit-identical
+        assert seen == [("forward", True), ("forward", False)]
+        seen.clear()
+        op(x, b, torch.tensor(1 / 3))  # a float32 tensor: its value read on the host
+        assert seen == [("forward", False)]
+
+
+def test_on_cuda_tensors_the_traced_call_makes_the_scalar_on_their_device(monkeypatch):
+    """What torch.compile traces on CUDA tensors (fake ones here: no GPU needed): a 0-d float64
+    tensor made on the tensors' device, passed to op_tensor_scalars; with scalars_in_memory=False,
+    the Scalar to the op; on CPU tensors (by default), a CPU tensor."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for mode, device, expected in (("auto", "cuda", "cuda"), (False, "cuda", None), ("auto", "cpu", "cpu")):
+        op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), scalars_in_memory=mode)
+        calls = []
+        op.op_tensor_scalars = lambda *args: calls.append(("tensor", args[2]))
+        op.op = lambda *args: calls.append(("scalar", args[2]))
+        with FakeTensorMode():
+            op(torch.empty(4, 7, device=device), torch.empty(7, device=device), 0.5)
+        ((kind, scale),) = calls
+        if expected is None:
+            assert kind == "scalar" and scale == 0.5
+        else:
+            assert kind == "tensor" and scale.device.type == expected
+            assert scale.dtype == torch.float64 and scale.dim() == 0
+
+
+def test_scalars_in_memory_option_is_checked():
+    with pytest.raises(ValueError, match="scalars_in_memory= takes 'auto', True or False"):
+        fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), scalars_in_memory="yes")

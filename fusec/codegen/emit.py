@@ -35,6 +35,7 @@ from fusec.ir.launch import (
     RegisterLoop,
     RowBlock,
     ScalarArg,
+    ScalarInMemory,
     Variant,
     WorkItemCount,
     WorkItems,
@@ -44,6 +45,7 @@ from fusec.ir.launch import (
 )
 from fusec.ir.program import fmt_shape
 from fusec.target import BLOCK_SIZE, CLUSTER_PUSH_BLOCKS
+from fusec.types import F64
 
 
 
@@ -110,6 +112,8 @@ class _KernelEmitter:
         self.buffers, self.tables = {}, {}
         self.scalars, self.extents = {}, {}
         self.n = self.count = self.table = self.chunks = None
+        # Lines at the top of every variant: each scalar read from memory, as its by-value form converts it.
+        self.reads: list[str] = []
         for p in launch.params:
             match p.source:
                 case ArrayArg(slot):
@@ -119,6 +123,11 @@ class _KernelEmitter:
                     self.buffers[slot_names[slot]] = self.namer.user(slot_names[slot])
                 case ScalarArg(slot):
                     self.scalars[slot_names[slot]] = p.c_name
+                case ScalarInMemory(slot, declared):
+                    local = self.namer.user(slot_names[slot])
+                    self.scalars[slot_names[slot]] = local
+                    self.reads.append(f"const {declared.compute.c} {local} = {cast_expr(F64, declared, '*' + p.c_name)};"
+                                      f"  // {slot_names[slot]}, from memory")
                 case NumElements():
                     self.n = p.c_name
                 case CountArg() | ConstArg():
@@ -151,7 +160,7 @@ class _KernelEmitter:
 
     def _variant(self, variant: Variant) -> dict:
         common = {"name": variant.name, "params": self.decls, "i": self.i, "n": self.n, "coords": self.coords,
-                  "est_regs": variant.est_regs}
+                  "est_regs": variant.est_regs, "reads": self.reads}
         match self.launch.form:
             case Elementwise() if variant.elements_per_thread == 1:
                 return {"kind": "element", **common, **self._scalar_body(self.i, self._local_namer())}

@@ -17,9 +17,12 @@ Float scalars are `Scalar`, not `float` (Dynamo guards on the value of a
 custom op's `float` argument). A float that changes, Dynamo makes symbolic,
 but AOTAutograd (aot_eager, Inductor) still specializes one that reaches a
 custom op, so each new value (a learning rate) would compile the model again:
-under torch.compile on CPU tensors the op is called as `NAME_tensor_scalars`,
-taking its float scalars as 0-d float64 tensors, which pass through as graph
-inputs. On CUDA tensors it keeps the Scalar (see `TorchOp._tensor_scalars`).
+under torch.compile the op is called as `NAME_tensor_scalars`, taking its
+float scalars as 0-d float64 tensors, which pass through as graph inputs. On
+CPU tensors their values are read on the host (`.item()`); on CUDA tensors
+they are tensors on the device, which the kernels read (the pipeline compiled
+with scalars_in_memory: no synchronization, and CUDA graphs see the memory,
+not a value). See `TorchOp._tensor_scalars` and torch_op's scalars_in_memory.
 
 An op whose pipeline cannot be differentiated (repeat, inout, no float output)
 raises the located FzError that says why when a gradient reaches it (its
@@ -49,7 +52,8 @@ TORCH_MAX_ARGUMENTS = 64
 JIT_OPTIONS = ("fuse", "backend", "max_regs", "arch", "persistent")
 
 
-def torch_op(source, /, *, name: str, pipeline: str | None = None, **jit_options) -> "TorchOp":
+def torch_op(source, /, *, name: str, pipeline: str | None = None, scalars_in_memory: bool | str = "auto",
+             **jit_options) -> "TorchOp":
     """Registers a pipeline as the torch.library custom op `name` ("namespace::op").
 
     source: a path to a .fz file, .fz source text, or a Python function as
@@ -59,10 +63,21 @@ def torch_op(source, /, *, name: str, pipeline: str | None = None, **jit_options
     max_regs, arch and persistent, as fusec.jit takes them, and backend: where
     CPU tensors run ("sim", the default, or "numpy"; "cuda": CUDA tensors
     only). CUDA tensors run on the cuda backend.
+    scalars_in_memory: how a call under torch.compile passes its float scalars
+    (as 0-d float64 tensors, `op.op_tensor_scalars`, so a new value does not
+    recompile): "auto" (the default), on CUDA tensors a tensor on their device
+    that the kernels read (no synchronization, CUDA graphs see its memory), on
+    CPU tensors a CPU tensor whose value is read (`.item()`); True: on CPU
+    tensors too, a tensor the sim backend's kernels read (as on CUDA; for tests
+    of that path without a GPU); False: CUDA tensors keep the `Scalar` (each new
+    value compiles again). A .fz pipeline's op only: a traced function's op
+    keeps its Scalar on CUDA tensors.
     """
     import torch
 
     unknown = set(jit_options) - set(JIT_OPTIONS)
+    if scalars_in_memory not in (True, False, "auto"):
+        raise ValueError(f"fusec.torch_op(): scalars_in_memory= takes 'auto', True or False; got {scalars_in_memory!r}")
     if unknown:
         raise TypeError(f"fusec.torch_op() has no option {', '.join(sorted(unknown))} (options: name, pipeline, "
                         f"{', '.join(JIT_OPTIONS)})")
@@ -78,7 +93,7 @@ def torch_op(source, /, *, name: str, pipeline: str | None = None, **jit_options
             raise ValueError(f"fusec.torch_op(): the program has several pipelines "
                              f"({', '.join(p.name for p in compiled.program.pipelines)}): name one with pipeline=")
         definition = _FzDefinition(compiled.program, compiled.name, options)
-    return TorchOp(torch, name, definition)
+    return TorchOp(torch, name, definition, scalars_in_memory=scalars_in_memory)
 
 
 class TorchOp:
@@ -87,14 +102,22 @@ class TorchOp:
     `op` is the torch.library CustomOpDef (`op.register_autograd`, ...), and
     `schema` its schema."""
 
-    def __init__(self, torch, name: str, definition: "_Definition", differentiable: bool = True):
+    def __init__(self, torch, name: str, definition: "_Definition", differentiable: bool = True,
+                 scalars_in_memory: bool | str = "auto"):
         self.name, self.definition, self.torch = name, definition, torch
+        # Where a call of op_tensor_scalars passes its 0-d tensors to kernels that read them (device
+        # types; see torch_op's scalars_in_memory): a .fz pipeline's op, on CUDA, and with True on the
+        # CPU where the sim backend runs it.
+        self._in_memory: frozenset[str] = frozenset()
+        if definition.reads_scalars_from_memory and scalars_in_memory is not False:
+            cpu = scalars_in_memory is True and definition.options.backend in ("sim", "auto")
+            self._in_memory = frozenset({"cuda", "cpu"} if cpu else {"cuda"})
         self.schema = definition.schema()
         mutated = [p.name for p in definition.params if p.mutated]
         self.op = torch.library.custom_op(name, self._run, mutates_args=mutated, schema=self.schema)
         self.op.register_fake(self._fake)
         # The same op taking its float scalars as 0-d float64 tensors (`NAME_tensor_scalars`): what
-        # torch.compile calls on CPU tensors, and the backward of such a call (see __call__).
+        # torch.compile calls (see _tensor_scalars), and the backward of such a call (see __call__).
         self._floats = tuple(i for i, p in enumerate(definition.params) if p.type == "Scalar")
         self.op_tensor_scalars = None
         if self._floats:
@@ -109,7 +132,7 @@ class TorchOp:
         self.backward, self.not_differentiable = None, None
         if differentiable:
             try:
-                self.backward = definition.backward(torch, name)
+                self.backward = definition.backward(torch, name, scalars_in_memory)
             except FzError as exc:
                 self.not_differentiable = exc
         for op in ops:
@@ -127,30 +150,51 @@ class TorchOp:
             if any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
                 raise self._not_differentiable()
         if self._floats and not kwargs and self._tensor_scalars(args):
-            args = tuple(torch.zeros((), dtype=torch.float64) + a if i in self._floats and
+            # Made in the traced code (Inductor makes it from the SymFloat, no host synchronization):
+            # on the tensors' device where the kernels read it, else on the CPU (read by `.item()`).
+            device = self._tensor_device(args)
+            device = device if device is not None and device.type in self._in_memory else None
+            args = tuple(torch.zeros((), dtype=torch.float64, device=device) + a if i in self._floats and
                          not isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
             return self.op_tensor_scalars(*args)
         return self.op(*args, **kwargs)
 
     def _tensor_scalars(self, args: tuple) -> bool:
-        """Whether a call takes its float scalars as tensors: under torch.compile on CPU tensors, or
-        where one already is a tensor (the backward of such a call).
+        """Whether a call takes its float scalars as tensors: under torch.compile on CPU tensors, and
+        on CUDA tensors where the kernels read them from memory (`_in_memory`), or where one already
+        is a tensor (the backward of such a call).
 
         Dynamo makes a float argument that changes symbolic, but a custom op's `Scalar` is then
         specialized (AOTAutograd's pass turning float arithmetic into tensor arithmetic cannot reach
         into the op), so each new value would compile again; as a 0-d tensor made by an addition
-        (which that pass does turn), it is an input of the graph. On CUDA tensors the op keeps its
-        Scalar: a CPU tensor in the graph would keep Inductor's CUDA graphs (mode="reduce-overhead")
-        from capturing it, and a CUDA one cannot be read without a synchronization."""
+        (which that pass does turn), it is an input of the graph. On CUDA tensors a CPU tensor would
+        keep Inductor's CUDA graphs (mode="reduce-overhead") from capturing the op, and reading a
+        CUDA one on the host (`.item()`) needs a synchronization: the op takes a CUDA tensor there
+        only where its kernels read it from device memory (compiled with scalars_in_memory), and
+        keeps its Scalar otherwise (an op of a traced function, or scalars_in_memory=False)."""
         torch = self.torch
         if any(isinstance(args[i], torch.Tensor) for i in self._floats if i < len(args)):
             return True
         if not torch.compiler.is_compiling():
             return False
-        devices = [a.device.type for a, p in zip(args, self.definition.params) if p.is_tensor]
-        return bool(devices) and devices[0] == "cpu"
+        device = self._tensor_device(args)
+        return device is not None and (device.type == "cpu" or device.type in self._in_memory)
+
+    def _tensor_device(self, args: tuple):
+        """The device of the call's first tensor parameter (None: none given)."""
+        return next((a.device for a, p in zip(args, self.definition.params)
+                     if p.is_tensor and isinstance(a, self.torch.Tensor)), None)
 
     def _run_tensor_scalars(self, *args):
+        """op_tensor_scalars: its 0-d float64 tensors read by the kernels where they run on a device
+        that reads them from memory (`_in_memory`) and every one is on the tensors' device; else
+        (the CPU, a scalar tensor made elsewhere) their values read on the host."""
+        torch = self.torch
+        device = self._device(args)
+        if device.type in self._in_memory and all(
+                args[i].device == device and args[i].dtype == torch.float64 and args[i].dim() == 0
+                for i in self._floats):
+            return self._execute(args, in_memory=True)
         return self._run(*(float(a) if i in self._floats else a for i, a in enumerate(args)))
 
     def _not_differentiable(self) -> FzError:
@@ -219,23 +263,28 @@ class TorchOp:
 
     # ---- the implementation
     def _run(self, *args):
+        return self._execute(args)
+
+    def _execute(self, args: tuple, in_memory: bool = False):
+        """The op on its tensors' device; `in_memory`: the float scalars are 0-d float64 tensors
+        there, which the kernels read (the pipeline compiled with scalars_in_memory)."""
         device = self._device(args)
         args = self.definition.scalars_as_declared(args)
         if device.type == "cuda":
-            result = self._run_cuda(device.index, args)
+            result = self._run_cuda(device.index, args, in_memory)
         elif device.type == "cpu":
-            result = self._run_cpu(device, args)
+            result = self._run_cpu(device, args, in_memory)
         else:
             raise ArgumentError(f"fusec runs tensors on the CPU or a CUDA device, not on {device}")
         self.definition.check_outputs(0 if result is None else len(result) if isinstance(result, tuple) else 1)
         return result
 
-    def _run_cpu(self, device, args: tuple):
+    def _run_cpu(self, device, args: tuple, in_memory: bool = False):
         backend = self.definition.options.backend
         if backend == "cuda":
             raise ArgumentError(f"{self.name} was registered with backend='cuda': it takes CUDA tensors")
         backend = "sim" if backend == "auto" else backend
-        runner = self._runner(backend)
+        runner = self._runner(backend, 0, in_memory)
         if backend == "numpy":
             # The NumPy reference allocates NumPy outputs itself: it writes into torch's instead.
             outputs = self._new_outputs(self.definition.signature(args), args, device)
@@ -243,19 +292,20 @@ class TorchOp:
             return outputs
         return runner(*args)
 
-    def _run_cuda(self, index: int, args: tuple):
+    def _run_cuda(self, index: int, args: tuple, in_memory: bool = False):
         from fusec.runtime.backends.cuda import cupy
         cp = cupy()
         if cp.cuda.runtime.getDevice() == index:
-            return self._runner("cuda", index)(*args)
+            return self._runner("cuda", index, in_memory)(*args)
         with cp.cuda.Device(index):  # a pipeline's module is loaded on its device and launched there
-            return self._runner("cuda", index)(*args)
+            return self._runner("cuda", index, in_memory)(*args)
 
-    def _runner(self, backend: str, device: int = 0):
-        """What runs the op on `backend` (and CUDA device), made at its first call."""
-        runner = self._runners.get((backend, device))
+    def _runner(self, backend: str, device: int = 0, in_memory: bool = False):
+        """What runs the op on `backend` (and CUDA device), made at its first call; `in_memory`:
+        the pipeline compiled to read its float scalars from memory."""
+        runner = self._runners.get((backend, device, in_memory))
         if runner is None:
-            runner = self._runners[backend, device] = self.definition.runner(backend)
+            runner = self._runners[backend, device, in_memory] = self.definition.runner(backend, in_memory)
         return runner
 
 
@@ -305,8 +355,10 @@ class _Definition:
     params: list[OpParam]
     n_outputs: int
     options: JitOptions
+    # Whether `runner(backend, in_memory=True)` reads the float scalars from memory (0-d float64 arrays)
+    reads_scalars_from_memory = False
 
-    def backward(self, torch, name: str) -> "TorchOp":
+    def backward(self, torch, name: str, scalars_in_memory: bool | str = "auto") -> "TorchOp":
         """The op computing the gradients; FzError where the pipeline cannot be differentiated."""
         raise NotImplementedError
 
@@ -334,7 +386,7 @@ class _Definition:
     def signature(self, args: tuple, fake: bool = False) -> CallSignature:
         raise NotImplementedError
 
-    def runner(self, backend: str):
+    def runner(self, backend: str, in_memory: bool = False):
         raise NotImplementedError
 
     def scalars_as_declared(self, args: tuple) -> tuple:
@@ -361,8 +413,10 @@ class _FzDefinition(_Definition):
     def signature(self, args: tuple, fake: bool = False) -> CallSignature:
         return self._signature
 
-    def runner(self, backend: str):
-        return JitPipeline(self.program, self.name, replace(self.options, backend=backend))
+    reads_scalars_from_memory = True
+
+    def runner(self, backend: str, in_memory: bool = False):
+        return JitPipeline(self.program, self.name, replace(self.options, backend=backend, scalars_in_memory=in_memory))
 
     def gradient_layout(self, inputs: list, outputs: tuple) -> "GradientLayout":
         """The derived pipeline takes the float outputs' gradients and returns the float arrays'."""
@@ -372,7 +426,7 @@ class _FzDefinition(_Definition):
     def saved_outputs(self) -> list[bool]:
         return [o.name in self._saved for o in self._signature.outputs]
 
-    def backward(self, torch, name: str) -> "TorchOp":
+    def backward(self, torch, name: str, scalars_in_memory: bool | str = "auto") -> "TorchOp":
         """The backward pipeline as the op `name`_backward, in the form the cost model
         chose (the outputs it takes saved, if any); FzError, located, where it cannot be
         derived (repeat, inout, no float output: the op's backward, or a call of a
@@ -385,7 +439,7 @@ class _FzDefinition(_Definition):
         self._saved = choose_backward(self.program, self.name, options, max_params=TORCH_MAX_ARGUMENTS).saved
         program = backward_program(self.program, self.name, saved={self.name: self._saved})
         return TorchOp(torch, f"{name}_backward", _FzDefinition(program, f"{self.name}_grad", self.options),
-                       differentiable=False)
+                       differentiable=False, scalars_in_memory=scalars_in_memory)
 
 
 class _TracedDefinition(_Definition):
@@ -401,7 +455,7 @@ class _TracedDefinition(_Definition):
         self.n_outputs = _annotated_outputs(fn, torch)
         self._python = [SCALAR_PYTHON.get(p.type) for p in self.params]
 
-    def runner(self, backend: str):
+    def runner(self, backend: str, in_memory: bool = False):
         from fusec.traced import TracedFunction
         return TracedFunction(self.fn, replace(self.options, backend=backend))
 
@@ -421,7 +475,7 @@ class _TracedDefinition(_Definition):
         pipeline = self._tracer.compile_for(*args)
         return call_signature(pipeline.program.pipeline(pipeline.name))
 
-    def backward(self, torch, name: str) -> "TorchOp":
+    def backward(self, torch, name: str, scalars_in_memory: bool | str = "auto") -> "TorchOp":
         """The op `name`_backward: for each traced signature, the backward derived from
         the traced pipeline, as for a .fz pipeline (an error at backward time where a
         traced pipeline cannot be differentiated)."""
@@ -501,7 +555,7 @@ class _TracedBackward(_Definition):
         grads = tuple(SignatureParam(f"grad_{p.name}", p.type, p.shape, "out") for p in forward.params if p.is_array)
         return CallSignature(f"{forward.name}_backward", forward.params + seeds, grads, forward.dim_equations)
 
-    def runner(self, backend: str):
+    def runner(self, backend: str, in_memory: bool = False):
         tracer = self.forward.runner(backend)
         n = len(self.forward.params)
 

@@ -20,7 +20,7 @@ copied out of the IR: the binder checks calls against it alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn, Union
 
 from fusec.ir.kernels import Kernel
@@ -209,6 +209,17 @@ class ScalarArg:
 
 
 @dataclass(frozen=True, slots=True)
+class ScalarInMemory:
+    """A float scalar parameter read from device memory (compiled with `scalars_in_memory`):
+    the address of the call's value at `slot`, a 0-d float64 array on the call's device. The
+    kernel reads it once, at its top, and converts it to `type` (the declared type; then to
+    its compute type) as the host converts a by-value scalar, so both forms compute the same."""
+
+    slot: int
+    type: ScalarType
+
+
+@dataclass(frozen=True, slots=True)
 class CountArg:
     """A repeat count given at call time (the call's value at `slot`, an integer scalar)."""
 
@@ -251,7 +262,7 @@ class WorkItemCount:
     """foreach: the number of work items."""
 
 
-ArgSource = Union[ArrayArg, ScalarArg, CountArg, ConstArg, NumElements, Extent, PointerTable, WorkItems,
+ArgSource = Union[ArrayArg, ScalarArg, ScalarInMemory, CountArg, ConstArg, NumElements, Extent, PointerTable, WorkItems,
                   WorkItemCount]
 
 # A multi-tensor kernel's work item: elements [start, end) of one tensor set,
@@ -340,6 +351,7 @@ class SignatureParam:
     type: ScalarType
     shape: Shape | None
     role: str  # "in", "inout", "out" or "scalar"
+    in_memory: bool = False  # a float scalar passed as a 0-d float64 array, read by the kernels (ScalarInMemory)
 
     @property
     def is_array(self) -> bool:
@@ -434,3 +446,52 @@ def _repeats(stmts):
         if isinstance(stmt, Repeat):
             yield stmt
             yield from _repeats(stmt.body)
+
+
+def in_memory_scalars(signature: CallSignature, chosen: "bool | tuple[str, ...]") -> tuple[str, ...]:
+    """The float scalar parameters `chosen` names (True: every float scalar), checked:
+    ValueError for a name that is not a float scalar parameter (integer and bool scalars
+    stay by value)."""
+    floats = [p.name for p in signature.params if not p.is_array and p.type.is_float]
+    if chosen is True:
+        return tuple(floats)
+    if chosen is False:
+        return ()
+    for name in chosen:
+        param = next((p for p in signature.params if p.name == name), None)
+        if param is None:
+            raise ValueError(f"scalars_in_memory: pipeline '{signature.name}' has no parameter '{name}'")
+        if param.is_array or not param.type.is_float:
+            what = "an array" if param.is_array else f"a scalar {param.type}"
+            raise ValueError(f"scalars_in_memory: '{name}' is {what}; only float scalars are read from memory "
+                             f"(float scalars of '{signature.name}': {', '.join(floats) or 'none'})")
+    return tuple(dict.fromkeys(chosen))
+
+
+def with_scalars_in_memory(interface: LaunchInterface, names: tuple[str, ...]) -> LaunchInterface:
+    """The interface with the float scalars `names` read from device memory: each kernel
+    that reads one takes `const double* NAME_ptr` (ScalarInMemory) in its by-value
+    parameter's place, and the call signature marks it `in_memory` (the binder then takes
+    a 0-d float64 array on the call's device for it). No names: the interface as it is."""
+    if not names:
+        return interface
+    if any(isinstance(k.form, MultiTensor) for k in interface.kernels):
+        raise ValueError("scalars_in_memory: not for a multi-tensor (foreach) kernel; its scalars stay by value")
+    signature = interface.signature
+    chosen = {signature.params.index(next(p for p in signature.params if p.name == n)) for n in names}
+    kernels = []
+    for launch in interface.kernels:
+        taken = {p.c_name for p in launch.params}
+        params = []
+        for p in launch.params:
+            if isinstance(p.source, ScalarArg) and p.source.slot in chosen:
+                declared = signature.params[p.source.slot].type
+                name = f"{p.c_name}_ptr"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                p = KernelParam("const double*", name, ScalarInMemory(p.source.slot, declared))
+            params.append(p)
+        kernels.append(replace(launch, params=tuple(params)))
+    params = tuple(replace(p, in_memory=True) if i in chosen else p for i, p in enumerate(signature.params))
+    return replace(interface, signature=replace(signature, params=params), kernels=tuple(kernels))

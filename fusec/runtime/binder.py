@@ -120,7 +120,8 @@ class Binder:
         # `out=` and `stream=` are call options unless the pipeline has a parameter of that name.
         self.options = tuple(o for o in ("out", "stream") if o not in names)
         self._stream = stream
-        self.checkers = [self._array_checker(p) if p.is_array else scalar_checker(p) for p in self.params]
+        self.checkers = [self._array_checker(p) if p.is_array else self._in_memory_checker(p) if p.in_memory
+                         else scalar_checker(p) for p in self.params]
         self.array_positions = [i for i, p in enumerate(self.params) if p.is_array]
         self.written = [i for i, p in enumerate(self.params) if p.written]
         self.counts = list(signature.counts)
@@ -212,6 +213,30 @@ class Binder:
             raise ArgumentError(f"{what} '{param.name}': the array is not C-contiguous (strides "
                                 f"{tuple(array.strides)}); pass a contiguous copy (ascontiguousarray)")
         return array
+
+    def _in_memory_checker(self, param: SignatureParam) -> Callable[[object], object]:
+        """The check of a float scalar the kernels read from memory (`SignatureParam.in_memory`):
+        a 0-d float64 array on the call's device (NumPy or a CPU tensor on the sim backend; CuPy
+        or a CUDA tensor on the cuda backend), adopted as the backend's array. Its value is read
+        by the kernels, converted as a by-value scalar is (but never checked against the
+        declared type's range, which would need a synchronization: beyond it is ±inf)."""
+        what = (f"parameter '{param.name}' ({param.type}) is read from device memory (scalars_in_memory): pass "
+                f"a 0-d float64 array on the call's device")
+        adopt, float64 = self.arrays.adopt, np.dtype(np.float64)
+
+        def check(value):
+            if isinstance(value, (numbers.Number, np.generic)):
+                raise ArgumentError(f"{what}, not a {type(value).__name__} ({value!r})")
+            try:
+                array = adopt(value)
+            except ArgumentError as exc:
+                raise ArgumentError(f"{what}; {exc}") from None
+            if array.dtype != float64:
+                raise ArgumentError(f"{what}; got dtype {array.dtype}")
+            if array.ndim != 0:
+                raise ArgumentError(f"{what}; got shape {tuple(array.shape)}")
+            return array
+        return check
 
     # ---- the kind of a call's arrays
     def kind_of(self, given: list) -> tuple[ArrayKind, tuple | None]:

@@ -33,6 +33,7 @@ from fusec.ir.launch import (
     PointerTable,
     RepeatSteps,
     ScalarArg,
+    ScalarInMemory,
     Variant,
     WorkItemCount,
     RowGrid,
@@ -431,7 +432,7 @@ def _packed(get: Callable, pack: Callable) -> Callable[[list, int, list], object
 def _getter(source) -> Callable[[list, int, list], object] | None:
     """get(values, n, extents): a parameter's value for one launch."""
     match source:
-        case ArrayArg(slot) | ScalarArg(slot) | CountArg(slot):
+        case ArrayArg(slot) | ScalarArg(slot) | ScalarInMemory(slot) | CountArg(slot):
             return lambda values, n, extents: values[slot]
         case ConstArg(value):
             return lambda values, n, extents: value
@@ -517,7 +518,7 @@ class _RecordedCall:
                     arguments.append(f"n{source.slot - first}")
                 elif isinstance(source, ArrayArg):
                     arguments.append(f"q{source.slot}" if free else constant(backend.pointer(value)))
-                elif isinstance(source, ScalarArg):
+                elif isinstance(source, (ScalarArg, ScalarInMemory)):  # checked each call (by `checkers`)
                     scalar = f"s{scalar_params.index(source.slot)}"
                     arguments.append(scalar if pack is None else f"{constant(pack)}({scalar})")
                 else:
