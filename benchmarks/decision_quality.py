@@ -368,19 +368,8 @@ def gpu_samples(cp, fn, reps: int | None = None, known_us: float | None = None) 
     return samples
 
 
-def gpu_time_calls(cp, fn, n: int) -> float:
-    """µs of n calls back to back, timed with CUDA events (tuning.interleaved_medians' clock)."""
-    begin, end = cp.cuda.Event(), cp.cuda.Event()
-    begin.record()
-    for _ in range(n):
-        fn()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(begin, end) * 1000
-
-
 def cpu_time_calls(fn, n: int) -> float:
-    """The sim's stand-in of gpu_time_calls: µs of n calls on the CPU."""
+    """The sim's stand-in of tuning.event_time_calls: µs of n calls on the CPU."""
     start = time.perf_counter()
     for _ in range(n):
         fn()
@@ -429,7 +418,7 @@ def main() -> None:
         from fusec.runtime.backends.cuda import device_arch, device_name
         arch, device = device_arch(), device_name()
         timer = lambda fn, reps=None, known_us=None: gpu_samples(cp, fn, reps, known_us)  # noqa: E731
-        time_calls = lambda fn, n: gpu_time_calls(cp, fn, n)  # noqa: E731
+        time_calls = lambda fn, n: tuning.event_time_calls(cp, fn, n)  # noqa: E731
     executor = None if enumerate_only else _executor(sim)
     programs = {(n, d): p for n, d, p in corpus(dtypes) if not only or n in only}
     # shards balanced by source length (a proxy for candidates and compile time)

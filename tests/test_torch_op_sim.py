@@ -139,6 +139,21 @@ def test_compiled_model_with_the_op_has_no_graph_break():
     assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
+def _five_learning_rates(model, compiled, grad: bool) -> None:
+    """The compiled model against the eager one at five values of its float, forward
+    (and, with grad, the bias's gradient)."""
+    x = torch.randn(8, 16)
+    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
+        with torch.set_grad_enabled(grad):
+            found = compiled(x, scale)
+            expected = model(x, scale)
+            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
+            if grad:
+                (g,) = torch.autograd.grad(found.sum(), model.bias)
+                (want,) = torch.autograd.grad(expected.sum(), model.bias)
+                torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend,grad,dynamic", [
     ("aot_eager", False, None), ("aot_eager", True, None), ("aot_eager", False, True), ("aot_eager", True, True),
     ("inductor", True, None),  # once: Inductor's compiles take seconds
@@ -152,16 +167,7 @@ def test_a_new_float_argument_does_not_recompile(backend, grad, dynamic):
     op = fusec.torch_op(BIAS_GELU, name=unique("bias_gelu"), backend="numpy")
     model = BiasGeluMLP(op, 16)
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)
-    x = torch.randn(8, 16)
-    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
-        with torch.set_grad_enabled(grad):
-            found = compiled(x, scale)
-            expected = model(x, scale)
-            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
-            if grad:
-                (g,) = torch.autograd.grad(found.sum(), model.bias)
-                (want,) = torch.autograd.grad(expected.sum(), model.bias)
-                torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    _five_learning_rates(model, compiled, grad)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == (1 if dynamic else 2)
 
 
@@ -325,16 +331,7 @@ def test_scalars_read_from_memory_on_cpu_under_compile(backend, grad):
     seen = _spy_in_memory(op)
     model = BiasGeluMLP(op, 16)
     compiled = torch.compile(model, backend=backend, fullgraph=True)
-    x = torch.randn(8, 16)
-    for scale in (0.1, 0.2, 0.3, 0.4, 0.5):
-        with torch.set_grad_enabled(grad):
-            found = compiled(x, scale)
-            expected = model(x, scale)
-            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
-            if grad:
-                (g,) = torch.autograd.grad(found.sum(), model.bias)
-                (want,) = torch.autograd.grad(expected.sum(), model.bias)
-                torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    _five_learning_rates(model, compiled, grad)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
     compiled_runs = [m for what, m in seen if what == "forward"][0::2]  # compiled, then eager, each value
     eager_runs = [m for what, m in seen if what == "forward"][1::2]

@@ -130,6 +130,17 @@ def describe(timings: list[Timing]) -> str:
     return "\n".join(rows)
 
 
+def event_time_calls(cp, call: Callable[[], object], n: int) -> float:
+    """µs of n calls back to back on the current CUDA stream, timed with CUDA events."""
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(n):
+        call()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) * 1000
+
+
 def device_measure(args: list, arch: str, rounds: int = ROUNDS) -> Callable[[list[Compiled]], list[float | None]]:
     """measure(candidates) on the current CUDA device: each run on copies of `args`
     (checked arguments: the caller's arrays are never written) and its results held
@@ -148,15 +159,6 @@ def device_measure(args: list, arch: str, rounds: int = ROUNDS) -> Callable[[lis
         return results + [cp.asnumpy(a).astype(np.float64)
                           for a, p in zip(fresh, compiled.interface.signature.params) if p.role == "inout"]
 
-    def time_calls(call, n: int) -> float:
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(n):
-            call()
-        end.record()
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) * 1000
-
     def measure(candidates: list[Compiled]) -> list[float | None]:
         first, calls = None, []
         for compiled in candidates:
@@ -169,6 +171,7 @@ def device_measure(args: list, arch: str, rounds: int = ROUNDS) -> Callable[[lis
                 calls.append(None)
                 continue
             calls.append(lambda run=run, fresh=fresh: run(*fresh))
-        timed = iter(interleaved_medians([c for c in calls if c is not None], time_calls, rounds))
+        timed = iter(interleaved_medians([c for c in calls if c is not None],
+                                         lambda call, n: event_time_calls(cp, call, n), rounds))
         return [None if c is None else next(timed) for c in calls]
     return measure
