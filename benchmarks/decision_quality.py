@@ -20,8 +20,10 @@ of its pick, the set `fusec tune` times, and random partitions (up to
 FUSEC_MAX_RANDOM, 40; fewer where the projected time would pass the deadline:
 the record says how many). Each is compiled (NVRTC in a process pool),
 checked against the unfused result, and timed in two passes in shuffled order
-(a pass: REPS repetitions of a loop of at least 20 ms, the bench harness's
-time_gpu; 3 or 2 repetitions of one call where a call takes 10 or 30 ms);
+(a pass: REPS rounds, each candidate once a round in a shuffled order, a sample
+a loop of at least 20 ms, as the bench harness's time_gpu; 3 or 2 rounds of
+one call where a call takes 10 or 30 ms: interleaved, so that the power cap's
+drift over a pass falls on every candidate alike);
 then the close ones (within 5 % of the fastest, or three times the pipeline's
 noise; at most eight, with the model's pick, the estimate's pick and the tuned
 pick) in EXTRA_PASSES more shuffled passes, so that the winner among them is
@@ -343,29 +345,25 @@ def plan_randoms(pending: list[list[tuple]], seconds: float, factor: float) -> i
     return 0
 
 
-def gpu_samples(cp, fn, reps: int | None = None, known_us: float | None = None) -> list[float]:
-    """µs a call in each repetition of a back-to-back loop of at least REP_SECONDS,
-    timed with CUDA events (the bench harness's time_gpu, whose result is the
-    median of these). A call first, untimed, that sizes the loop; where the time
-    of a call is known (`known_us`: an earlier pass), a long call (the loop is
-    one call) needs neither."""
+def gpu_plan(cp, fn, reps: int | None = None, known_us: float | None = None) -> tuple[int, int]:
+    """(calls a sample, samples) of a candidate: a back-to-back loop of at least
+    REP_SECONDS, `reps` times (else as many as a call's length allows). A call
+    first, untimed, that sizes the loop; where the time of a call is known
+    (`known_us`: an earlier pass), a long call (the loop is one call) needs neither."""
     one = known_us * 1e-6 if known_us else None
     if one is None or one < LONG_REPS[0][0]:
         start = time.perf_counter()
         fn()
         cp.cuda.Device().synchronize()
         one = one or time.perf_counter() - start
-    iters = max(1, min(2000, int(REP_SECONDS / max(one, 1e-6))))
-    samples = []
-    for _ in range(reps or repetitions(one)):
-        begin, end = cp.cuda.Event(), cp.cuda.Event()
-        begin.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(begin, end) * 1000 / iters)
-    return samples
+    return max(1, min(2000, int(REP_SECONDS / max(one, 1e-6)))), reps or repetitions(one)
+
+
+def gpu_samples(cp, fn, reps: int | None = None, known_us: float | None = None) -> list[float]:
+    """µs a call in each of a candidate's samples, taken one after another (the bench
+    harness's time_gpu, whose result is the median of these)."""
+    iters, n = gpu_plan(cp, fn, reps, known_us)
+    return [tuning.event_time_calls(cp, fn, iters) / iters for _ in range(n)]
 
 
 def cpu_time_calls(fn, n: int) -> float:
@@ -374,6 +372,11 @@ def cpu_time_calls(fn, n: int) -> float:
     for _ in range(n):
         fn()
     return (time.perf_counter() - start) * 1e6
+
+
+def cpu_plan(fn, reps: int | None = None, known_us: float | None = None) -> tuple[int, int]:
+    """The sim's stand-in of gpu_plan: a sample is one call, once."""
+    return 1, 1
 
 
 def cpu_samples(fn, reps: int | None = None, known_us: float | None = None) -> list[float]:
@@ -410,7 +413,7 @@ def main() -> None:
     if sim or enumerate_only:
         import numpy as cp
         arch = "sm_90"
-        timer, time_calls = cpu_samples, cpu_time_calls
+        timer, time_calls, plan = cpu_samples, cpu_time_calls, cpu_plan
         device = "none (sim backend)" if sim else "none"
     else:
         import cupy as cp
@@ -419,6 +422,7 @@ def main() -> None:
         arch, device = device_arch(), device_name()
         timer = lambda fn, reps=None, known_us=None: gpu_samples(cp, fn, reps, known_us)  # noqa: E731
         time_calls = lambda fn, n: tuning.event_time_calls(cp, fn, n)  # noqa: E731
+        plan = lambda fn, reps=None, known_us=None: gpu_plan(cp, fn, reps, known_us)  # noqa: E731
     executor = None if enumerate_only else _executor(sim)
     programs = {(n, d): p for n, d, p in corpus(dtypes) if not only or n in only}
     # shards balanced by source length (a proxy for candidates and compile time)
@@ -518,7 +522,7 @@ def main() -> None:
                 continue
             begun = time.perf_counter()
             try:
-                result = measure(cp, programs[(name, dtype)], found, kept, rng, executor, timer, time_calls)
+                result = measure(cp, programs[(name, dtype)], found, kept, rng, executor, plan, time_calls)
             except Exception:  # one pipeline's failure is reported, the others still measured
                 say(f"{name} {dtype}: failed\n{traceback.format_exc()}")
                 record["not_measured"].append(f"{name} {dtype} (failed)")
@@ -556,10 +560,11 @@ def _executor(sim: bool):
     return lambda cuda, interface: Executor(interface, CudaBackend(cuda, interface))
 
 
-def measure(cp, program, found, kept, rng, executor, timer, time_calls) -> dict:
+def measure(cp, program, found, kept, rng, executor, plan, time_calls) -> dict:
     """Each kept candidate checked against the unfused result, then timed in two
-    shuffled passes, and the close ones in EXTRA_PASSES more; then the tune set
-    as `fusec tune` times it (`time_calls(call, n)`: µs of n calls)."""
+    interleaved passes, and the close ones in EXTRA_PASSES more; then the tune set
+    as `fusec tune` times it. `plan(call, reps, known µs)`: (calls a sample,
+    samples); `time_calls(call, n)`: µs of n calls."""
     pipeline = program.pipelines[0]
     args = make_args(cp, pipeline)
     tuned = set(found["tuned"])
@@ -603,11 +608,7 @@ def measure(cp, program, found, kept, rng, executor, timer, time_calls) -> dict:
     del reference
 
     def timed(selected, reps=None):
-        order = list(selected)
-        rng.shuffle(order)
-        for e in order:
-            known = statistics.median(e["samples"][0]) if e["samples"] else None
-            e["samples"].append([round(s, 2) for s in timer(lambda: e["run"](*args), reps, known)])
+        timed_pass(selected, [lambda e=e: e["run"](*args) for e in selected], plan, time_calls, rng, reps)
     built = [e for e in entries if "run" in e]
     timed(built)
     timed(built)
@@ -630,6 +631,24 @@ def measure(cp, program, found, kept, rng, executor, timer, time_calls) -> dict:
             "dims": dims_of(pipeline), "noise": round(noise, 4), "close": len(close),
             "build_wait_s": round(waited, 1),
             "kernels": table, "candidates": entries}
+
+
+def timed_pass(entries: list[dict], calls: list, plan, time_calls, rng, reps: int | None = None) -> None:
+    """A pass over `entries` (their `calls`): each one's samples (`plan`: calls a sample,
+    samples; sized by its first pass where it had one) taken a round at a time, each round
+    in a shuffled order; appended to its "samples" as µs a call."""
+    plans = []
+    for e, call in zip(entries, calls):
+        known = statistics.median(e["samples"][0]) if e["samples"] else None
+        plans.append((e, call, *plan(call, reps, known)))
+    taken: dict[int, list[float]] = {id(e): [] for e in entries}
+    for r in range(max((n for *_, n in plans), default=0)):
+        order = [p for p in plans if p[3] > r]
+        rng.shuffle(order)
+        for e, call, iters, _ in order:
+            taken[id(e)].append(round(time_calls(call, iters) / iters, 2))
+    for e in entries:
+        e["samples"].append(taken[id(e)])
 
 
 def close_set(entries: list[dict], noise: float) -> list[dict]:

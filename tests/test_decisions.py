@@ -250,6 +250,28 @@ def test_decision_quality_plans_its_random_partitions_to_the_time_left():
     assert dq.projected_seconds(entries, middle) <= (full + none) / 2 < dq.projected_seconds(entries, middle + 1)
 
 
+def test_decision_quality_passes_interleave_the_candidates():
+    """A pass takes each candidate's samples a round at a time (each round every candidate
+    still sampling, in a shuffled order), so that a drift of the clock over the pass falls on
+    all; a candidate of fewer samples (a long call) drops out of the later rounds."""
+    import random
+    dq = _decision_quality()
+    entries = [{"name": n, "samples": []} for n in "abc"]
+    calls = [lambda n=n: n for n in "abc"]
+    order = []
+
+    def plan(call, reps, known):
+        return (4, 2) if call() == "c" else (4, 5)  # c: long calls, two samples
+
+    def time_calls(call, n):
+        order.append(call())
+        return 10.0 * n
+    dq.timed_pass(entries, calls, plan, time_calls, random.Random(3))
+    assert [sorted(order[3 * r:3 * r + 3]) for r in range(2)] == [["a", "b", "c"]] * 2
+    assert [sorted(order[6 + 2 * r:8 + 2 * r]) for r in range(3)] == [["a", "b"]] * 3
+    assert [len(e["samples"][0]) for e in entries] == [5, 5, 2] and entries[0]["samples"][0][0] == 10.0
+
+
 def test_decision_quality_summary_of_a_shard(capsys):
     """The table from a shard's record: the pick against the fastest in the second
     pass and on the median of passes, the tuned pick, tau-b over pairs apart by
