@@ -68,17 +68,34 @@ def test_candidates_are_timed_in_interleaved_rounds_so_a_drift_falls_on_all():
     def time_calls(call, n):
         us = base[call()] * n * (1 + 0.10 * min(1.0, clock[0] / 20_000))  # 10 % slower after 20 ms
         clock[0] += us
-        loops.append(base[call()] * n)
+        loops.append(us)
         return us
     calls = [lambda: "slower", lambda: "faster"]
     slower, faster = tuning.interleaved_medians(calls, time_calls, rounds=9)
     assert faster < slower
-    assert loops[:2] == [1000.0, 980.0] and min(loops[2:]) >= tuning.SAMPLE_US  # a call each, then loops
+    sized = 2 * (1 + 2)  # each: the warm-up calls, then a sample of 1 and of 2 calls
+    assert min(loops[sized:]) >= tuning.SAMPLE_US  # then loops of at least SAMPLE_US
     # the same drift with the candidates timed one after the other: the faster one, timed last, loses
     clock[0] = 0.0
     first = [time_calls(calls[0], 2) for _ in range(9)]
     second = [time_calls(calls[1], 2) for _ in range(9)]
     assert sorted(second)[4] > sorted(first)[4]
+
+
+def test_a_sample_is_sized_after_the_first_calls_and_capped():
+    """The first calls of a pipeline are checked and recorded (slower on the host): a
+    sample is sized after WARM_CALLS of them, doubling until it takes SAMPLE_US; a call
+    that takes no time (nothing to do) stops at MAX_SAMPLE_CALLS, not millions."""
+    seen = []
+
+    def time_calls(call, n):
+        seen.append(n)
+        first = len(seen) == 1
+        return (5000.0 if first else 0.0) + call() * n  # the first calls: 5 ms of host work
+    assert tuning.sample_calls(lambda: 100.0, time_calls) == 32  # 32 x 100 µs >= 2 ms
+    assert seen[0] == tuning.WARM_CALLS and seen[1:] == [1, 2, 4, 8, 16, 32]
+    seen.clear()
+    assert tuning.sample_calls(lambda: 0.0, time_calls) == tuning.MAX_SAMPLE_CALLS
 
 
 def test_tune_needs_the_cuda_backend():

@@ -28,6 +28,7 @@ MAX_CANDIDATES = 8
 # timed one candidate after another, the drift would decide between candidates that close.
 ROUNDS = 7
 SAMPLE_US = 2000.0
+WARM_CALLS, MAX_SAMPLE_CALLS = 3, 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +78,11 @@ def tune(compiled: Compiled, options: CompileOptions,
 
 def interleaved_medians(calls: list[Callable[[], object]], time_calls: Callable[[Callable, int], float],
                         rounds: int = ROUNDS, seed: int = 0) -> list[float]:
-    """µs a call of each of `calls`: a first call of each (warming it, and sizing its
-    sample to SAMPLE_US), then `rounds` rounds timing each once in a shuffled order;
-    the median of its rounds. `time_calls(call, n)` is the µs of n calls back to back.
-    A drift of the device's speed over the rounds falls on every candidate alike."""
-    reps = [max(1, math.ceil(SAMPLE_US / max(time_calls(call, 1), 1e-3))) for call in calls]
+    """µs a call of each of `calls`: each sized first (`sample_calls`), then `rounds`
+    rounds timing each once in a shuffled order; the median of its rounds.
+    `time_calls(call, n)` is the µs of n calls back to back. A drift of the device's
+    speed over the rounds falls on every candidate alike."""
+    reps = [sample_calls(call, time_calls) for call in calls]
     samples: list[list[float]] = [[] for _ in calls]
     order, rng = list(range(len(calls))), random.Random(seed)
     for _ in range(rounds):
@@ -89,6 +90,17 @@ def interleaved_medians(calls: list[Callable[[], object]], time_calls: Callable[
         for i in order:
             samples[i].append(time_calls(calls[i], reps[i]) / reps[i])
     return [statistics.median(s) for s in samples]
+
+
+def sample_calls(call: Callable[[], object], time_calls: Callable[[Callable, int], float]) -> int:
+    """Calls in one sample of `call`: after WARM_CALLS untimed calls (the first calls of a
+    pipeline are checked and recorded: slower on the host), doubled until a sample takes
+    SAMPLE_US, at most MAX_SAMPLE_CALLS (a call of nothing to do takes no time)."""
+    time_calls(call, WARM_CALLS)
+    n = 1
+    while n < MAX_SAMPLE_CALLS and time_calls(call, n) < SAMPLE_US:
+        n *= 2
+    return min(n, MAX_SAMPLE_CALLS)
 
 
 def _with(options: CompileOptions, groups: tuple) -> CompileOptions:
