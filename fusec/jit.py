@@ -20,6 +20,7 @@ from typing import Callable
 
 from fusec.compiler import Compiled, CompileOptions, compile_pipeline
 from fusec.frontend import load
+from fusec.ir.launch import call_signature, in_memory_scalars
 from fusec.ir.program import Program
 from fusec.passes import guard
 from fusec.passes.fusion import FUSE_MODES
@@ -56,9 +57,6 @@ class JitOptions:
             raise TypeError(f"fusec.jit(): scalars_in_memory= takes True, False or the names of float scalar "
                             f"parameters; got {self.scalars_in_memory!r}")
         object.__setattr__(self, "scalars_in_memory", chosen)
-        if chosen and self.graph:
-            raise ValueError("fusec.jit(): graph=True with scalars_in_memory= is not supported yet (a graph holds "
-                             "its scalars' values)")
         if isinstance(self.fuse, bool):
             object.__setattr__(self, "fuse", "auto" if self.fuse else "none")
         if self.fuse not in FUSE_MODES:
@@ -105,6 +103,10 @@ def jit(source=None, /, *, fuse: bool | str = "auto", backend: str = "auto", max
 
 def _jit(source, options: JitOptions, pipeline: str | None):
     if callable(source):
+        if options.scalars_in_memory:
+            raise TypeError(f"fusec.jit(): scalars_in_memory= is for .fz pipelines, not a traced Python function "
+                            f"({getattr(source, '__name__', type(source).__name__)}): its float scalars are "
+                            f"Python floats, passed by value")
         from fusec.traced import TracedFunction
         return TracedFunction(source, options, pipeline)
     if not isinstance(source, str):
@@ -125,8 +127,18 @@ class JitModule:
 
     def __init__(self, program: Program, options: JitOptions = JitOptions()):
         self.program = program
+        chosen = options.scalars_in_memory
+        names = isinstance(chosen, tuple) and bool(chosen)
+        if names:  # each a parameter of some pipeline, read where it is one
+            params = {p.name for pipeline in program.pipelines for p in pipeline.params}
+            for name in chosen:
+                if name not in params:
+                    raise ValueError(f"scalars_in_memory: no pipeline has a parameter '{name}' (pipelines: "
+                                     f"{', '.join(p.name for p in program.pipelines)})")
         for p in program.pipelines:
-            setattr(self, p.name, JitPipeline(program, p.name, options))
+            mine = options if not names else replace(
+                options, scalars_in_memory=tuple(n for n in chosen if any(q.name == n for q in p.params)))
+            setattr(self, p.name, JitPipeline(program, p.name, mine))
 
     def __repr__(self) -> str:
         return f"<fusec module: {', '.join(p.name for p in self.program.pipelines)}>"
@@ -138,6 +150,13 @@ class JitPipeline:
 
     def __init__(self, program: Program, name: str, options: JitOptions = JitOptions()):
         self.program, self.name, self.options = program, name, options
+        if options.scalars_in_memory:
+            # The names checked now, on every backend (the numpy backend takes them by value, but a
+            # typo is one there too), before anything is compiled: ValueError naming the parameter.
+            in_memory = in_memory_scalars(call_signature(program.pipeline(name)), options.scalars_in_memory)
+            if in_memory and options.graph:
+                raise ValueError(f"fusec.jit(): graph=True with scalars_in_memory= is not supported yet (a graph "
+                                 f"holds its scalars' values; read from memory: {', '.join(in_memory)})")
         self.backend = resolve_backend(options.backend)
         if options.graph and self.backend != "cuda":
             raise ValueError(f"graph=True replays CUDA graphs: it needs the cuda backend, not {self.backend!r}")

@@ -175,3 +175,130 @@ def test_options_are_checked():
         fusec.jit(PIPELINES["f32"], backend="sim", scalars_in_memory=3)
     with pytest.raises(ValueError, match="graph=True with scalars_in_memory="):
         fusec.jit(PIPELINES["f32"], backend="cuda", graph=True, scalars_in_memory=True)
+
+
+# ---- a memory scalar is one of the call's arrays: aliasing, kinds; the option checked up front
+
+DIVIDE = "pipeline p(inout x: f64[n], s: f64) { x = x / s; }"
+DIVIDE_OUT = "pipeline p(x: f64[n], s: f64) -> (y: f64[n]) { y = x / s; }"
+
+
+def test_a_memory_scalar_sharing_a_written_array_is_refused_at_the_first_call():
+    """The kernel's `const double* __restrict__ s_ptr` may not point into x, which it writes."""
+    torch = pytest.importorskip("torch")
+    f = fusec.jit(DIVIDE, backend="sim", scalars_in_memory=True)
+    x = torch.arange(1, 11, dtype=torch.float64) * 2
+    with pytest.raises(ArgumentError, match=r"'x' and 's' share memory, but 'x' is written"):
+        f(x, x[0])
+    assert torch.equal(x, torch.arange(1, 11, dtype=torch.float64) * 2)  # nothing launched
+    xs = np.arange(1, 11.0) * 2
+    with pytest.raises(ArgumentError, match=r"'x' and 's' share memory, but 'x' is written"):
+        f(xs, xs[4:5].reshape(()))
+    g = fusec.jit(DIVIDE_OUT, backend="sim", scalars_in_memory=True)
+    y = np.zeros(10)
+    with pytest.raises(ArgumentError, match=r"'s' and 'y' share memory, but 'y' is written"):
+        g(xs, y[3:4].reshape(()), out=y)
+    f(xs, xs[4:5].copy().reshape(()))  # a copy: its own memory
+    assert (xs == np.arange(1, 11.0) / 5).all()
+
+
+@pytest.mark.parametrize("with_out", [False, True])
+def test_a_memory_scalar_sharing_a_written_array_is_refused_on_a_recorded_call(with_out):
+    """After clean calls (recorded, replayed: the key holds the written arrays' addresses, not the
+    scalar's), a call whose scalar lies in the written array (inout, or out=) is refused as the
+    first call's check refuses it, nothing written; clean calls replay on."""
+    x = np.arange(1, 11.0) * 2
+    if with_out:
+        f, y = fusec.jit(DIVIDE_OUT, backend="sim", scalars_in_memory=True), np.zeros(10)
+        call, target, message = (lambda s: f(x, s, out=y)), y, r"'s' and 'y' share memory, but 'y' is written"
+    else:
+        f = fusec.jit(DIVIDE, backend="sim", scalars_in_memory=True)
+        call, target, message = (lambda s: f(x, s)), x, r"'x' and 's' share memory, but 'x' is written"
+    for _ in range(3):
+        call(np.array(1.0))
+    assert f._host_runner._calls  # recorded: the calls below are replays but for the check
+    before = target.copy()
+    for k in (0, 3, 9):
+        with pytest.raises(ArgumentError, match=message):
+            call(target[k:k + 1].reshape(()))
+        assert (target == before).all()
+    for _ in range(3):
+        call(np.array(2.0))
+    assert (target == (x / 2 if with_out else before / 8)).all()
+
+
+def test_memory_scalars_are_arrays_of_the_call_s_kind():
+    """A NumPy scalar array with torch tensors (or the reverse) is two kinds in one call: the
+    ArgumentError of any two kinds, on the first call and after recorded ones."""
+    torch = pytest.importorskip("torch")
+    _, in_memory = _pair(PIPELINES["f64"])
+    x = np.arange(5.0)
+    with pytest.raises(ArgumentError, match=r"parameter 's' is a torch.Tensor, but parameter 'x' is a "
+                                            r"numpy.ndarray: a call takes arrays of one kind"):
+        in_memory(x, torch.tensor(2.0, dtype=torch.float64), np.array(0.0))
+    with pytest.raises(ArgumentError, match=r"parameter 's' is a numpy.ndarray, but parameter 'x' is a "
+                                            r"torch.Tensor"):
+        in_memory(torch.arange(5.0, dtype=torch.float64), np.array(2.0), np.array(0.0))
+    for _ in range(3):  # recorded and replayed
+        assert (in_memory(x, np.array(2.0), np.array(1.0)) == 2 * x + 1).all()
+    assert in_memory._host_runner._calls
+    with pytest.raises(ArgumentError, match=r"parameter 't' is a torch.Tensor, but parameter 'x' is a numpy"):
+        in_memory(x, np.array(2.0), torch.tensor(0.0, dtype=torch.float64))
+    t = torch.arange(5.0, dtype=torch.float64)
+    found = in_memory(t, torch.tensor(2.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64))
+    assert isinstance(found, torch.Tensor) and torch.equal(found, 2 * t + 1)
+
+
+def test_a_traced_function_refuses_scalars_in_memory_at_decoration():
+    def scale(x, s):
+        return x * s
+    for chosen in (True, ("s",), "s"):
+        with pytest.raises(TypeError, match=r"scalars_in_memory= is for \.fz pipelines, not a traced Python "
+                                            r"function \(scale\)"):
+            fusec.jit(backend="sim", scalars_in_memory=chosen)(scale)
+        with pytest.raises(TypeError, match="scalars_in_memory="):
+            fusec.jit(scale, backend="sim", scalars_in_memory=chosen)
+    fusec.jit(scale, backend="sim", scalars_in_memory=False)  # by value: as ever
+
+
+@pytest.mark.parametrize("backend", ["sim", "numpy", "auto"])
+def test_names_are_checked_when_the_pipeline_is_made(backend, monkeypatch):
+    """On every backend (auto without a GPU: numpy), before anything is compiled."""
+    import sys
+    jit_module = sys.modules["fusec.jit"]
+    monkeypatch.setattr(jit_module, "compile_pipeline", lambda *a, **k: pytest.fail("compiled"))
+    monkeypatch.setattr(jit_module, "resolve_backend", lambda b: "numpy" if b == "auto" else b)
+    source = "pipeline q(x: f32[n], k: i32, s: f32) -> (y: f32[n]) { y = x * f32(k) * s; }"
+    with pytest.raises(ValueError, match=r"pipeline 'q' has no parameter 'nope'"):
+        fusec.jit(source, backend=backend, scalars_in_memory=("s", "nope"))
+    with pytest.raises(ValueError, match=r"'k' is a scalar i32; only float scalars are read from memory"):
+        fusec.jit(source, backend=backend, scalars_in_memory="k")
+    with pytest.raises(ValueError, match=r"'x' is an array"):
+        fusec.jit(source, backend=backend, scalars_in_memory=["x"])
+    fusec.jit(source, backend=backend, scalars_in_memory=("s",))
+    fusec.jit(source, backend=backend, scalars_in_memory=True)
+
+
+def test_names_in_a_file_of_several_pipelines_apply_where_they_are_parameters():
+    source = """
+pipeline a(x: f64[n], s: f64) -> (y: f64[n]) { y = x * s; }
+pipeline b(x: f64[n]) -> (y: f64[n]) { y = x + 1.0; }"""
+    module = fusec.jit(source, backend="sim", scalars_in_memory=("s",))
+    x = np.arange(4.0)
+    assert (module.a(x, np.array(3.0)) == 3 * x).all() and (module.b(x) == x + 1).all()
+    with pytest.raises(ValueError, match=r"no pipeline has a parameter 'nope'"):
+        fusec.jit(source, backend="sim", scalars_in_memory=("s", "nope"))
+
+
+def test_graph_is_refused_only_where_a_float_scalar_is_read_from_memory(monkeypatch):
+    """graph=True (the cuda backend, made without a GPU: nothing is compiled until a call) with
+    scalars_in_memory: refused where some float scalar would be read from memory, not otherwise."""
+    import sys
+    monkeypatch.setattr(sys.modules["fusec.jit"], "resolve_backend", lambda b: b)
+    by_value_only = "pipeline q(x: f32[n], k: i32) -> (y: f32[n]) { y = x * f32(k); }"
+    for chosen in (True, ()):
+        assert fusec.jit(by_value_only, backend="cuda", graph=True, scalars_in_memory=chosen).options.graph
+    with pytest.raises(ValueError, match=r"graph=True with scalars_in_memory= .*read from memory: s, t"):
+        fusec.jit(PIPELINES["f32"], backend="cuda", graph=True, scalars_in_memory=True)
+    with pytest.raises(ValueError, match=r"graph=True with scalars_in_memory= .*read from memory: t\)"):
+        fusec.jit(PIPELINES["f32"], backend="cuda", graph=True, scalars_in_memory=("t",))

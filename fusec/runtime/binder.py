@@ -123,11 +123,17 @@ class Binder:
         self.checkers = [self._array_checker(p) if p.is_array else self._in_memory_checker(p) if p.in_memory
                          else scalar_checker(p) for p in self.params]
         self.array_positions = [i for i, p in enumerate(self.params) if p.is_array]
+        # Float scalars read from memory (`SignatureParam.in_memory`): 0-d float64 arrays, of the
+        # call's kind and sharing no memory with a written array, as array arguments are.
+        self.in_memory_positions = [i for i, p in enumerate(self.params) if p.in_memory]
+        # Whose kinds a call's arrays must agree on (`kind_of`): arrays and memory scalars, in order.
+        self._kind_positions = sorted(self.array_positions + self.in_memory_positions)
         self.written = [i for i, p in enumerate(self.params) if p.written]
         self.counts = list(signature.counts)
         self._dims: dict[tuple, dict[str, int]] = {}
-        # The parameters and outputs as the aliasing check walks them (None: a scalar).
-        self._array_slots = [p if p.is_array else None for p in self.params] + list(signature.outputs)
+        # The parameters and outputs as the aliasing check walks them (None: a by-value scalar; a
+        # memory scalar spans its 8 bytes).
+        self._array_slots = [p if p.is_array or p.in_memory else None for p in self.params] + list(signature.outputs)
 
     # ---- a whole call
     def bind(self, args: tuple, kwargs: dict) -> BoundCall:
@@ -240,10 +246,11 @@ class Binder:
 
     # ---- the kind of a call's arrays
     def kind_of(self, given: list) -> tuple[ArrayKind, tuple | None]:
-        """The kind of the array arguments (each already adopted), and the first
-        array argument (its description and value); ArgumentError where two kinds meet."""
+        """The kind of the array arguments (each already adopted; memory scalars' 0-d arrays
+        too), and the first array argument (its description and value); ArgumentError where
+        two kinds meet."""
         kind = first = None
-        for i in self.array_positions:
+        for i in self._kind_positions:
             this = self.arrays.kind(given[i])
             if kind is None:
                 kind, first = this, (f"parameter '{self.params[i].name}'", given[i])

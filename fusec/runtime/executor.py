@@ -297,9 +297,12 @@ class Executor:
             parts.append(target)
             if address is not None and self._align_mask:  # the address's place in the widest vector
                 parts.append(f"{address} & {self._align_mask}")
+        in_memory = self.binder.in_memory_positions
         for position, is_array in enumerate(self._is_array):
             if is_array:
                 array(f"args[{position}]", f"a{position}", None if addresses else f"q{position}")
+            elif position in in_memory:  # a memory scalar's type: its kind is the call's (`Binder.kind_of`)
+                parts.append(f"type(args[{position}])")
             elif scalars or position in self._count_positions:
                 parts += [f"type(args[{position}])", f"args[{position}]"]
         if outs:
@@ -535,9 +538,18 @@ class _RecordedCall:
         by_address = not kind.native or backend.by_address
         stream = None if inline is None else backend.stream_source(kind)
         addresses = executor.binder.array_positions if free else None
+        # The memory the caller gave that the call writes (inout arrays, out= arrays: their addresses
+        # are in the key): a memory scalar overlapping it is refused each call, as the checked path
+        # refuses it (`Binder.check_aliasing`), which the call then takes (MISS).
+        binder, written = executor.binder, []
+        if binder.in_memory_positions:
+            spans = [values[i] for i in binder.written] + (values[first:first + n_outputs] if given_outputs else [])
+            written = [span for span in map(binder.arrays.span, spans) if span[0] != span[1]]
         self.run, self.source = _generate(names, n_outputs, given_outputs, allocations, sorted(alignment),
                                           by_address, [(position, checkers[position]) for position in scalar_params],
-                                          launches, kind, stream, addresses)
+                                          launches, kind, stream, addresses,
+                                          {position: written for position in binder.in_memory_positions if written},
+                                          binder.arrays.span)
 
 
 # A recorded call keeps its dead arrays for reuse (`_generate`) where they take at most this
@@ -547,12 +559,16 @@ RECYCLE_BYTES = 1 << 18
 
 def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: list, alignment: list,
               by_address: bool, scalars: list, launches: list, kind: ArrayKind,
-              stream: tuple[dict, str] | None = None, addresses: list[int] | None = None) -> tuple[Callable, str]:
+              stream: tuple[dict, str] | None = None, addresses: list[int] | None = None,
+              overlaps: dict[int, list[tuple[int, int]]] | None = None,
+              span: Callable | None = None) -> tuple[Callable, str]:
     """One recorded call's run(args, out=None), compiled, and its source. `launches`:
     (fire, argument expressions) each, or with `stream` (the names and the expression
     of the stream handle) each launch's source text, `handle` its stream. With
     `addresses` (the array arguments' positions), run(args, out, q...) takes their
-    addresses (the key fixed each one's alignment).
+    addresses (the key fixed each one's alignment). `overlaps`: scalar position -> the
+    address ranges [start, end) the call writes that its value (a memory scalar's
+    array, whose `span`) must not overlap: MISS where it does (the checked path refuses it).
 
     Recycling (a kind that says which allocator is in use and when an array is `unused`,
     the launches written out, the new arrays small, the GIL on): the call keeps the sets of arrays it allocated (outputs and temporaries, up to two sets, a
@@ -579,6 +595,11 @@ def _generate(names: dict, n_outputs: int, given_outputs: bool, allocations: lis
         condition = None if fast is None else fast(f"s{j}")
         lines.append(f"    s{j} = check{j}(s{j})" if condition is None else
                      f"    if not ({condition}):\n        s{j} = check{j}(s{j})")
+        if overlaps and position in overlaps:
+            names.update(span=span, SHARED=MISS)
+            lines.append(f"    r0, r1 = span(s{j})")
+            lines += [f"    if r0 < {end} and {start} < r1:\n        return SHARED  # the checked path refuses it"
+                      for start, end in overlaps[position]]
     if stream is not None:
         stream_names, handle = stream
         names.update(stream_names)
