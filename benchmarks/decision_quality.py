@@ -21,9 +21,9 @@ FUSEC_MAX_RANDOM, 40; fewer where the projected time would pass the deadline:
 the record says how many). Each is compiled (NVRTC in a process pool),
 checked against the unfused result, and timed in two passes in shuffled order
 (a pass: REPS rounds, each candidate once a round in a shuffled order, a sample
-a loop of at least 20 ms, as the bench harness's time_gpu; 3 or 2 rounds of
-one call where a call takes 10 or 30 ms: interleaved, so that the power cap's
-drift over a pass falls on every candidate alike);
+a loop of at least 20 ms, as the bench harness's time_gpu, or one call where a
+call takes 10 ms or more: interleaved, so that the power cap's drift over a
+pass falls on every candidate alike);
 then the close ones (within 5 % of the fastest, or three times the pipeline's
 noise; at most eight, with the model's pick, the estimate's pick and the tuned
 pick) in EXTRA_PASSES more shuffled passes, so that the winner among them is
@@ -78,9 +78,11 @@ MAX_RANDOM = int(os.environ.get("FUSEC_MAX_RANDOM", 40))
 # prediction and the measurement are of the same rows. (The run of 2026-11-30 took 1024.)
 ROW = int(os.environ.get("FUSEC_ROW", 0)) or round(math.sqrt(ELEMENTS))
 # One pass of a candidate: REPS repetitions of a back-to-back loop of at least
-# REP_SECONDS (the bench harness's time_gpu), fewer where one call is long (a
-# loop of one call: each repetition is a call): (seconds a call from which, repetitions).
-REP_SECONDS, REPS, LONG_REPS = 0.02, 5, ((0.01, 3), (0.03, 2))
+# REP_SECONDS (the bench harness's time_gpu); a call of LONG_CALL seconds or more
+# is a loop of its own. Long calls too take REPS samples a pass: with two (the
+# ninth session's), one sample 20 % high (the power cap) moved a pick's
+# second-pass median by 12 % (wide32 bf16, 2026-12-01, tenth).
+REP_SECONDS, REPS, LONG_CALL = 0.02, 5, 0.01
 # After the two passes: the candidates within CLOSE of the fastest (or three
 # times the pipeline's noise), at most CLOSE_MAX, with the picks, timed again
 # in EXTRA_PASSES shuffled passes of REPS repetitions each.
@@ -302,7 +304,7 @@ def _r(x: float) -> float:
 
 def repetitions(seconds: float) -> int:
     """Repetitions of a pass for a call of `seconds`."""
-    return min([REPS] + [reps for longer, reps in LONG_REPS if seconds >= longer])
+    return REPS
 
 
 def pass_seconds(us: float, reps: int | None = None) -> float:
@@ -351,7 +353,7 @@ def gpu_plan(cp, fn, reps: int | None = None, known_us: float | None = None) -> 
     first, untimed, that sizes the loop; where the time of a call is known
     (`known_us`: an earlier pass), a long call (the loop is one call) needs neither."""
     one = known_us * 1e-6 if known_us else None
-    if one is None or one < LONG_REPS[0][0]:
+    if one is None or one < LONG_CALL:
         start = time.perf_counter()
         fn()
         cp.cuda.Device().synchronize()
@@ -760,6 +762,11 @@ def pairs(e, noise, time="t1", predicted="predicted"):
     return concordant, discordant, ties
 
 
+def passes(candidate: dict) -> int:
+    """Passes a candidate was timed in (records without samples: the two)."""
+    return len(candidate.get("samples") or [0, 0])
+
+
 def tau_b(c, d, ties):
     """Kendall's tau-b where only the prediction can tie (measured ties were left out)."""
     return (c - d) / math.sqrt((c + d + ties) * (c + d)) if c + d else float("nan")
@@ -781,7 +788,11 @@ def summary(shards):
         for c in e:
             c.setdefault("final", (c["t0"] + c["t1"]) / 2)
         noise = statistics.median(abs(c["t0"] - c["t1"]) / c["t1"] for c in e)
-        best, best_final = min(e, key=lambda c: c["t1"]), min(c["final"] for c in e)
+        best = min(e, key=lambda c: c["t1"])
+        # on the median of passes, a candidate against those timed in as many passes (the
+        # close set's later passes ran on a warmer device: against the others' two, biased)
+        def fastest_final(c):
+            return min(o["final"] for o in e if passes(o) == passes(c))
         unrefined = next((c for c in e if c["how"].startswith("model's pick before compiling")), pick)
         # fusec tune's pick: by its own timing (records before it was kept: the first pass)
         tuned = min((c for c in e if c.get("tuned")), key=lambda c: c.get("tune_us", c["t0"]), default=pick)
@@ -794,8 +805,8 @@ def summary(shards):
         randoms = r.get("randoms", sum(c["how"].startswith("random") for c in r["candidates"]))
         rows.append((r["pipeline"], r["dtype"], len(r["candidates"]), {
             "wrong": len(r["candidates"]) - len(e), "randoms": randoms, "ratio": pick["t1"] / best["t1"],
-            "final": pick["final"] / best_final, "estimated": unrefined["t1"] / best["t1"],
-            "tuned": tuned["t1"] / best["t1"], "tuned_final": tuned["final"] / best_final, "kernels": (len(pick["groups"]), len(best["groups"])),
+            "final": pick["final"] / fastest_final(pick), "estimated": unrefined["t1"] / best["t1"],
+            "tuned": tuned["t1"] / best["t1"], "tuned_final": tuned["final"] / fastest_final(tuned), "kernels": (len(pick["groups"]), len(best["groups"])),
             "how": best["how"], "tau": tau_b(*counts["t1"]), "pairs": sum(counts["t1"]),
             "tau_final": tau_b(*counts["final"]), "tau_ptxas": tau_b(*counts["ptxas"]), "err": err, "noise": noise,
             "close": r.get("close", 0)}))
