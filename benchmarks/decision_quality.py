@@ -321,9 +321,12 @@ def projected_seconds(entries: list[tuple], randoms: int) -> float:
     total = sum(CHECK_SECONDS + 3 * us * 1e-6 + 2 * pass_seconds(us) for _, _, us in kept)
     close = sorted(us for _, _, us in kept)[:CLOSE_MAX + 3]
     total += EXTRA_PASSES * sum(pass_seconds(us, REPS) for us in close)
-    # the tune set as fusec tune times it: about the cheapest, each a sample a round
+    # the tune set as fusec tune times it: about the cheapest, each warmed and sized, a
+    # sample a round for PRUNE_AFTER rounds, then about the best eight for the rest
     tuned = sorted(us for _, _, us in kept)[:tuning.MAX_CANDIDATES]
-    total += tuning.ROUNDS * sum(max(us, tuning.SAMPLE_US) * 1e-6 for us in tuned)
+    total += sum((tuning.WARM_CALLS + 1) * us * 1e-6 for us in tuned)
+    total += tuning.PRUNE_AFTER * sum(max(us, tuning.SAMPLE_US) * 1e-6 for us in tuned)
+    total += (tuning.ROUNDS - tuning.PRUNE_AFTER) * sum(max(us, tuning.SAMPLE_US) * 1e-6 for us in tuned[:8])
     return total
 
 

@@ -108,3 +108,22 @@ def test_fusec_tune_without_a_gpu_says_so(run_cli, monkeypatch):
     monkeypatch.setattr(cuda, "available", lambda: False)
     code, _, err = run_cli("tune", CHAIN)
     assert code == 2 and "needs a CUDA device" in err
+
+
+def test_rounds_leave_out_the_clearly_slower_but_keep_the_close():
+    """After PRUNE_AFTER rounds a candidate slower than the fastest by more than
+    PRUNE_MARGIN is timed no more; one within it is timed every round (a margin of
+    nothing, or no pruning, fails this)."""
+    base = {"fast": 1000.0, "close": 1000.0 * (1 + tuning.PRUNE_MARGIN / 2), "slow": 1000.0 * (1 + 2 * tuning.PRUNE_MARGIN)}
+    timed = {name: 0 for name in base}
+
+    def time_calls(call, n):
+        name = call()
+        timed[name] += 1
+        return base[name] * n
+    calls = [lambda name=name: name for name in base]
+    fast, close, slow = tuning.interleaved_medians(calls, time_calls, rounds=7)
+    sizing = 3  # the warm-up calls, then samples of 1 and 2 calls (2 x 1 ms reach SAMPLE_US)
+    assert timed["slow"] - sizing == tuning.PRUNE_AFTER
+    assert timed["fast"] - sizing == timed["close"] - sizing == 7
+    assert fast < close < slow

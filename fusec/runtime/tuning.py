@@ -3,7 +3,8 @@
 `fusec tune FILE.fz` and `fusec.jit(..., tune=True)` time the model's five
 best partitions and the one-move neighbours of its pick (at most
 `MAX_CANDIDATES`), each checked against the first before it counts, timed in
-interleaved rounds (`interleaved_medians`), and keep the fastest per pipeline, shape class and GPU in fusec's cache (as Triton's
+interleaved rounds (`interleaved_medians`, the clearly slower left out after
+the first rounds), and keep the fastest per pipeline, shape class and GPU in fusec's cache (as Triton's
 autotuner keeps a config per key). A later compile of the same pipeline for
 the same shape class on the same GPU uses the winner (`cached_partition`).
 """
@@ -21,12 +22,18 @@ from fusec.compiler import Compiled, CompileOptions, compile_pipeline
 from fusec.passes.fusion import predict_partition, ranked_partitions
 from fusec.passes.partitions import Context, neighbours
 
-MAX_CANDIDATES = 8
+# On the H200 the partitions within 2 % of the fastest were up to the 12th-28th of the
+# pick's neighbours in the model's order (fusion_hurts f32, BENCHMARKS.md, the tenth
+# session): eight candidates missed them.
+MAX_CANDIDATES = 24
 # Each candidate timed once a round, in a shuffled order, over ROUNDS rounds; a sample is a
 # loop of calls of at least SAMPLE_US. On the H200 a compute-bound kernel's time drifts by
 # 2-4 % over seconds as the power cap moves the clock (BENCHMARKS.md, the ninth session):
 # timed one candidate after another, the drift would decide between candidates that close.
 ROUNDS = 7
+# After PRUNE_AFTER rounds, a candidate slower than the fastest by more than PRUNE_MARGIN
+# (on the median of its rounds so far; twice the drift above) is timed no more.
+PRUNE_AFTER, PRUNE_MARGIN = 2, 0.08
 SAMPLE_US = 2000.0
 WARM_CALLS, MAX_SAMPLE_CALLS = 3, 4096
 
@@ -81,13 +88,18 @@ def interleaved_medians(calls: list[Callable[[], object]], time_calls: Callable[
     """µs a call of each of `calls`: each sized first (`sample_calls`), then `rounds`
     rounds timing each once in a shuffled order; the median of its rounds.
     `time_calls(call, n)` is the µs of n calls back to back. A drift of the device's
-    speed over the rounds falls on every candidate alike."""
+    speed over the rounds falls on every candidate alike. From round PRUNE_AFTER on,
+    those slower than the fastest by more than PRUNE_MARGIN are left out (their
+    median is of the rounds they had)."""
     reps = [sample_calls(call, time_calls) for call in calls]
     samples: list[list[float]] = [[] for _ in calls]
-    order, rng = list(range(len(calls))), random.Random(seed)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for i in order:
+    timing, rng = list(range(len(calls))), random.Random(seed)
+    for r in range(rounds):
+        if r >= PRUNE_AFTER:
+            best = min(statistics.median(samples[i]) for i in timing)
+            timing = [i for i in timing if statistics.median(samples[i]) <= best * (1 + PRUNE_MARGIN)]
+        rng.shuffle(timing)
+        for i in timing:
             samples[i].append(time_calls(calls[i], reps[i]) / reps[i])
     return [statistics.median(s) for s in samples]
 
