@@ -31,3 +31,19 @@ def test_the_sim_equals_the_reference_bit_for_bit(rows, form):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
 
 
+
+
+@pytest.mark.parametrize("rows", [1, 129])
+def test_a_column_kernel_reads_broadcast_operands_at_its_row_and_column(rows, tmp_path):
+    """Operands broadcast along each dim of a three-dim column kernel ([a, 1, 1], [b, 1],
+    [c]), read at coordinates from the row and the thread's column, bit for bit."""
+    from test_columns import THREE_DIMS
+    path = tmp_path / "three.fz"
+    path.write_text(THREE_DIMS)
+    rng = np.random.default_rng(rows)
+    args = (rng.standard_normal((rows, 3, 5)).astype(np.float32), rng.standard_normal((rows, 1, 1)).astype(np.float32),
+            rng.standard_normal((3, 1)).astype(np.float32), rng.standard_normal(5).astype(np.float32))
+    expected = fusec.jit(str(path), backend="numpy")(*args)
+    got = fusec.jit(str(path), backend="sim")(*args)
+    for e, a in zip(expected, got):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(e))

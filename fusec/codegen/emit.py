@@ -639,7 +639,7 @@ class _KernelEmitter:
         where = f"{chunk} * {cols} + {col}" if chunks > 1 else col
         element_stores = [f"{self.buffers[a.buffer]}[{self.index(a)}] = {store_expr(a.type, refs[at])};"
                           for a, at in k.stores if at not in accumulators]
-        return {"rows": rows, "cols": cols, "chunks": chunks,
+        return {"rows": rows, "cols": cols, "chunks": chunks, "coords": self._column_coordinates(row, col, inner),
                 "extent_product": " * ".join(self.extents[j] for j in range(1, len(k.extents))) or "1",
                 "blocks": blocks, "chunk": chunk, "col": col, "per": per, "first": first, "row": row, "end": end,
                 "accumulators": [(body[idx].type.compute.c, acc) for idx, acc in accumulators.items()],
@@ -647,6 +647,30 @@ class _KernelEmitter:
                 "steps": [f"{acc} = fz_add_rn({acc}, {refs[body[idx].args[0]]});" for idx, acc in accumulators.items()],
                 "stores": [f"{self.buffers[a.buffer]}[{where}] = {store_expr(a.type, accumulators[at])};"
                            for a, at in k.stores if at in accumulators]}
+
+    def _column_coordinates(self, row: str, col: str, namer: Namer) -> list[str]:
+        """The coordinates `_coordinates` names, in a column kernel's loop: the first
+        is the row, the others the thread's column's (i = row * cols + col; no
+        division of i, and nothing that varies with the row but the row: broadcast
+        operands read at the same place in every row)."""
+        if not self.coords:
+            return []
+        names, rest, lines = self.coord_names, col, [f"// coordinates of {self.i}: its row, and its column's"]
+        if 0 in names:
+            lines.append(f"const long long {names[0]} = {row};")
+        for j in range(len(self.k.extents) - 1, 0, -1):
+            if j == 1:  # the outermost of the column's dims: what the divisions left
+                if 1 in names:
+                    lines.append(f"const long long {names[1]} = {rest};")
+                break
+            if j in names:
+                lines.append(f"const long long {names[j]} = fz_rem({rest}, {self.extents[j]});")
+            if not any(0 < d < j for d in names):
+                break
+            quotient = namer.fresh(f"r{j}")
+            lines.append(f"const long long {quotient} = fz_quot({rest}, {self.extents[j]});")
+            rest = quotient
+        return lines
 
     def _row_coordinates(self, row: str, namer: Namer) -> tuple[list[str], dict[int, str]]:
         """The row's coordinates over the leading collapsed dims, outermost first,
