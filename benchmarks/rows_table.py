@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/rows_table.py [--elements 2^26] [--lengths 1024,4096,...]
         [--examples softmax,log_softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy] [--backend sim]
-        [--cluster-threads 512,1024] [--cluster-elements 32] [--dtypes f32,bf16]
+        [--cluster-threads 512,1024] [--cluster-elements 32] [--resident-threads 8,16,...,256] [--dtypes f32,bf16]
 
 For each example (examples/, its first pipeline retyped to f32 and bf16) and row
 length: the result checked against the NumPy reference first (on at most 2^20
@@ -57,6 +57,8 @@ def main() -> None:
     import fusec.passes.variants as variants  # measurements' knobs: the cluster kernels' shapes
     if "--cluster-threads" in sys.argv:  # the threads a block of a cluster kernel may have
         variants.CLUSTER_THREADS = tuple(int(t) for t in option("--cluster-threads", "").split(","))
+    if "--resident-threads" in sys.argv:  # the threads of a block holding a whole row (longer rows: clusters)
+        variants.RESIDENT_THREADS = tuple(int(t) for t in option("--resident-threads", "").split(","))
     if "--cluster-elements" in sys.argv:  # the elements of its row a thread of a cluster's block holds
         variants.CLUSTER_ELEMENTS = int(option("--cluster-elements", ""))
     if backend == "cuda":
