@@ -38,6 +38,8 @@ def form_name(launch: KernelLaunch) -> str:
             return "multi_tensor"
         case RowBlock():
             return "rows"
+        case ColumnReduce(chunks, total=True):
+            return f"total ({chunks} runs of rows, one block, finished in it)"
         case ColumnReduce(chunks):
             return "columns" if chunks == 1 else f"column_partials ({chunks} runs of rows)"
         case form:
@@ -62,6 +64,8 @@ def _grid_name(grid) -> str:
                 return f"a warp per row ({rows_per_block} a block)" if lanes == 32 else \
                     f"{lanes} lanes per row ({rows_per_block} a block)"
             return f"a block of {threads} per row" if threads else "a block per row"
+        case ColumnGrid(chunks, total=True):
+            return f"one block of {chunks}, a thread a run of rows"
         case ColumnGrid(chunks):
             return "columns" if chunks == 1 else f"columns x {chunks}"
         case _:

@@ -5,7 +5,7 @@ import pytest
 from helpers import EXAMPLES, ROOT, load_program, pipelines
 
 from fusec.compiler import CompileOptions, compile_pipeline
-from fusec.ir.launch import Elementwise, RegisterLoop
+from fusec.ir.launch import ColumnReduce, Elementwise, RegisterLoop, block_threads
 from fusec.ir.program import walk_applies
 
 PIPELINES = pipelines()
@@ -45,10 +45,10 @@ def test_every_example_fuses_to_one_kernel():
             continue
         c = compiled(path.relative_to(ROOT))
         if path.stem == "cross_entropy":  # the losses in one row kernel; their mean from column sums after it
-            row, *rest = kernels(c)
+            row, tail = kernels(c)
             assert row.stages == ("row_logsumexp", "row_pick", "loss")
             assert [a.buffer for a in row.loads] == ["logits", "label"]
-            assert all("logits" not in [a.buffer for a in k.loads] for k in rest) and rest[-1].stages == ("mean",)
+            assert "logits" not in [a.buffer for a in tail.loads] and tail.stages[-1] == "mean"
             continue
         assert len(kernels(c)) == 1, path.name
 
@@ -234,5 +234,24 @@ def test_the_reasons_a_column_sum_stays_apart_say_what_it_is():
     c = compile_pipeline(load_program(ROOT / "examples/cross_entropy.fz"), "cross_entropy")
     reasons = " ".join(d.reason for d in c.partition.decisions)
     assert "col_partial sums values of [rows, 1] over the rows: a row kernel takes column sums only" in reasons
-    assert "col_sum_2 finishes a column sum over its partial sums: a kernel of its own" in reasons
     assert "[128, 1] differs from [128, 1]" not in reasons
+    # a finish over partial sums of several columns is still a kernel of its own
+    c = compile_pipeline(load_program(ROOT / "tests/programs/columns.fz"), "column_f64")
+    reasons = " ".join(d.reason for d in c.partition.decisions)
+    assert "col_sum finishes a column sum over its partial sums: a kernel of its own" in reasons
+
+
+def test_a_total_over_the_rows_is_one_kernel_with_what_reads_it():
+    """Cross-entropy's tail: the column sums of one column over the same rows (the
+    losses and the count), their finishes and the mean's division: one kernel of
+    one block (a thread a run of rows), not a partials kernel, two finishes and a division."""
+    c = compile_pipeline(load_program(ROOT / "examples/cross_entropy.fz"), "cross_entropy")
+    row, tail = kernels(c)
+    assert tail.stages == ("col_partial", "col_sum", "col_partial_2", "col_sum_2", "mean")
+    assert [a.buffer for a, _ in tail.stores] == ["mean"]  # no partial sums in memory
+    (launch,) = [k for k in c.interface.kernels if k.kernel.name == tail.name]
+    assert launch.form == ColumnReduce(128, total=True)
+    assert [block_threads(v, 256) for v in launch.variants] == [128]
+    # sums of several columns still take a partials kernel and a finish
+    wide = compile_pipeline(load_program(ROOT / "tests/programs/columns.fz"), "bias_relu_grads")
+    assert [len(k.stages) for k in kernels(wide)][-1:] == [1] and not any(k.total for k in kernels(wide))

@@ -172,6 +172,8 @@ class _KernelEmitter:
                 return {"kind": "multi_tensor", **common, **self._multi_tensor_variant(variant.elements_per_thread)}
             case RowBlock():
                 return {"kind": "rows", **common, **self._row_variant(variant)}
+            case ColumnReduce(chunks, total=True):
+                return {"kind": "total", **common, **self._total_variant(chunks)}
             case ColumnReduce(chunks):
                 return {"kind": "columns", **common, **self._column_variant(chunks)}
             case form:
@@ -617,6 +619,82 @@ class _KernelEmitter:
         lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
                   f"{self.buffers[a.buffer]} + {taken} * {length} + {first});" for a in loaded]
         return lines + ["        }", "    }", "}"]
+
+    def _total_variant(self, chunks: int) -> dict:
+        """A total over the rows (ColumnReduce.total): a block of `chunks` threads,
+        thread c adding up, in order from 0, its run of ceil(rows / chunks)
+        consecutive rows of each column sum (of one column); the runs' sums go to
+        shared memory, and the first thread adds them up in order from 0 (or the
+        runs' sums another kernel stored), then computes what reads the finished
+        sums and stores each value at [0]. ColumnReduce's order, in one block."""
+        k, namer = self.k, self._local_namer()
+        body = k.body.instrs
+        finish: set[int] = set()  # the finishes and what reads them: computed by the first thread
+        users: dict[int, set[int]] = {}
+        for idx, ins in enumerate(body):
+            if ins.op == "col_sum" or any(a in finish for a in ins.args):
+                finish.add(idx)
+            for a in ins.args:
+                users.setdefault(a, set()).add(idx)
+        # loads only the finish reads: a run's sums another kernel stored, or a finished sum (one element)
+        late = {idx for idx, ins in enumerate(body) if ins.op == "load" and ins.attr not in self.scalars
+                and users.get(idx) and users[idx] <= finish}
+        partials = [idx for idx, ins in enumerate(body) if ins.op == "col_partial"]
+        if any(at not in finish and at not in partials for _, at in k.stores):
+            raise AssertionError(f"{k.name}: a total's kernel stores only sums and what reads them")
+        rows = self.extents[0]
+        chunk, per, first, row, end, c = (namer.fresh(n) for n in ("chunk", "per", "first", "row", "end", "c"))
+        loads = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[{self.index(a)}]") for a in k.loads}
+        refs = Refs()
+        inner = namer.copy()  # the loop's scope
+        lines = [self._instruction(idx, loads, inner, refs) for idx in range(len(body))
+                 if idx not in finish and idx not in late and idx not in partials]
+        accumulators = {idx: namer.fresh("acc") for idx in partials}
+        runs = {idx: namer.fresh("runs") for idx in partials}
+        stored = {at: a for a, at in k.stores}
+        out = [f"__shared__ {body[idx].type.compute.c} {runs[idx]}[{chunks}];  // each run's sum" for idx in partials]
+        out += [f"const long long {chunk} = threadIdx.x;  // the run of rows this thread adds up",
+                f"const long long {per} = ({rows} + {chunks - 1}) / {chunks};",
+                f"const long long {first} = {chunk} * {per} < {rows} ? {chunk} * {per} : {rows};",
+                f"const long long {end} = {first} + {per} < {rows} ? {first} + {per} : {rows};"]
+        out += [f"{body[idx].type.compute.c} {acc} = 0;" for idx, acc in accumulators.items()]
+        if accumulators:
+            out += ["#pragma unroll 4", f"for (long long {row} = {first}; {row} < {end}; ++{row}) {{",
+                    f"    const long long {self.i} = {row};"]
+            out += [f"    {line}" for line in lines if line]
+            out += [f"    {acc} = fz_add_rn({acc}, {refs[body[idx].args[0]]});" for idx, acc in accumulators.items()]
+            out.append("}")
+        for idx, acc in accumulators.items():
+            out.append(f"{runs[idx]}[{chunk}] = {acc};")
+            if idx in stored:  # another kernel finishes it: the run's sum at [run]
+                a = stored[idx]
+                out.append(f"{self.buffers[a.buffer]}[{chunk}] = {store_expr(a.type, acc)};")
+        out += ["__syncthreads();", "if (threadIdx.x != 0) return;",
+                "// the runs' sums added up in order from 0, then what reads them"]
+        finals = {a.value: load_expr(a.type, f"{self.buffers[a.buffer]}[0]") for a in k.loads}
+        for idx in sorted(finish | late):
+            ins = body[idx]
+            if idx in late and users[idx] <= {j for j in finish if body[j].op == "col_sum"}:
+                continue  # read by the finish below, a run at a time
+            if ins.op == "col_sum":
+                a = ins.args[0]
+                if a in runs:
+                    term = f"{runs[a]}[{c}]"
+                else:  # the runs' sums another kernel stored
+                    access = next(x for x in k.loads if x.value == body[a].attr)
+                    term = load_expr(access.type, f"{self.buffers[access.buffer]}[{c}]")
+                name = namer.fresh("total")
+                refs[idx] = name
+                out += [f"{ins.type.compute.c} {name} = 0;",
+                        f"for (int {c} = 0; {c} < {chunks}; ++{c}) {name} = fz_add_rn({name}, {term});"]
+            else:
+                line = self._instruction(idx, finals, namer, refs)
+                if line:
+                    out.append(line)
+        out += [f"{self.buffers[a.buffer]}[0] = {store_expr(a.type, refs[at])};" for a, at in k.stores
+                if at in finish]
+        self.helpers.add("columns")
+        return {"lines": out}
 
     def _column_variant(self, chunks: int) -> dict:
         """A thread per column and run of rows (ColumnReduce): the body at each

@@ -7,7 +7,7 @@ interface alone, like the CUDA module."""
 from __future__ import annotations
 
 from fusec.codegen.emit import environment
-from fusec.ir.launch import Extent, LaunchInterface, NumElements, RowGrid, cluster_blocks
+from fusec.ir.launch import ColumnGrid, Extent, LaunchInterface, NumElements, RowGrid, cluster_blocks
 
 
 def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
@@ -20,7 +20,7 @@ def emit_sim_launcher(interface: LaunchInterface, module_file: str) -> str:
         # with the row's cache in dynamic shared memory (bytes per element times the row's length).
         length = next((f"a{j}" for j, p in reversed(list(enumerate(launch.params)))
                        if isinstance(p.source, (Extent, NumElements))), "0")
-        launchers += [{"name": v.name, "params": params, "args": args, "cooperative": isinstance(v.grid, RowGrid),
+        launchers += [{"name": v.name, "params": params, "args": args, "cooperative": isinstance(v.grid, RowGrid) or (isinstance(v.grid, ColumnGrid) and v.grid.total),
                        "shared_bytes": f"{length} * {v.row_cache}u" if v.row_cache else 0,
                        "cluster": cluster_blocks(v)}
                       for v in launch.variants]

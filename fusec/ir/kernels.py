@@ -167,6 +167,9 @@ class Kernel:
     # A column kernel (ir.launch.ColumnReduce): one column reduction whose body's last
     # instruction is its sum (ir.program.COLUMN_OPS) over the first collapsed extent.
     columns: bool = False
+    # A total's kernel (Stage.total; ir.launch.ColumnReduce.total): its column sums,
+    # of one column, finished in it, and the statements over them computed after.
+    total: bool = False
 
     @property
     def accesses(self) -> tuple[Access, ...]:

@@ -84,9 +84,17 @@ class ColumnReduce:
     adds them up from 0; it stores its sum at [chunk, column] (with one chunk,
     at [column]). A warp's threads read adjacent columns: every access is
     coalesced. The order is ir.program.COLUMN_CHUNKS's, so the reference gives
-    the same sums."""
+    the same sums.
+
+    With `total` (a kernel of passes.lower.assign_totals: column sums of one
+    column): one block of `chunks` threads, each adding up its run of rows in
+    order from 0; the runs' sums (in shared memory) are then added up in order
+    by the block's first thread, which finishes each sum (or adds up the 128
+    partial sums another kernel stored) and computes the statements over the
+    finished sums. The same order, so the same bits, in one kernel."""
 
     chunks: int
+    total: bool = False
 
 
 Form = Union[Elementwise, GridStride, RegisterLoop, MultiTensor, RowBlock, ColumnReduce]
@@ -132,9 +140,11 @@ class RowGrid:
 @dataclass(frozen=True, slots=True)
 class ColumnGrid:
     """ceil(columns / block) blocks for each of `chunks` runs of rows (columns: the
-    product of the collapsed extents after the first; none for no columns)."""
+    product of the collapsed extents after the first; none for no columns).
+    With `total` (ColumnReduce.total): one block of `chunks` threads."""
 
     chunks: int
+    total: bool = False
 
 
 Grid = Union[ElementGrid, DeviceFillGrid, WorkItemGrid, RowGrid, ColumnGrid]
@@ -188,6 +198,8 @@ def cluster_blocks(variant: Variant) -> int:
 def block_threads(variant: Variant, default: int) -> int:
     """The threads a block of `variant` is launched with: its RowGrid's, else `default`."""
     grid = variant.grid
+    if isinstance(grid, ColumnGrid) and grid.total:
+        return grid.chunks
     return grid.threads if isinstance(grid, RowGrid) and grid.threads else default
 
 

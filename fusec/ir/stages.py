@@ -37,6 +37,10 @@ class Stage:
     # The rows (leading dims, row length) of the reductions this stage may share
     # a kernel with: a reduction's own, or those its shape is [*rows, length] or [*rows, 1] of.
     rows: tuple[Shape, Dim] | None = None
+    # A total over the rows (passes.lower.assign_totals): the rows' dim of the column
+    # sums of one column this stage computes, finishes, or is a statement over the
+    # finished sums of (their kernel: a block of a thread a run of rows).
+    total: Dim | None = None
 
     @property
     def column(self) -> bool:
@@ -55,7 +59,11 @@ class Stage:
         sum (their kernel also computes, and stores, the statements over those
         elements), or their rows' where they have some (a row kernel adds them
         up as it takes its rows); its finish, over the partial sums, shares its
-        kernel with no other stage."""
+        kernel with no other stage. A total (column sums of one column) shares its
+        rows' dim with the other totals over them, their finishes and the
+        statements over those: one kernel, of one block."""
+        if self.total is not None:
+            return ("total", self.total)
         if self.column and not self.rows:  # (only partial sums are given rows: passes.lower.assign_rows)
             return ("elements", self.shape) if self.reduce == "col_partial" else ("columns", self.name)
         return ("rows",) + self.rows if self.rows else ("elements", self.shape)

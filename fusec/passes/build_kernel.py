@@ -28,6 +28,9 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     rows = stages[0].rows
     row_kernel = rows is not None and (any(s.row_reduction for s in stages) or len({s.shape for s in stages}) > 1)
     shape = rows[0] + (rows[1],) if row_kernel else stages[0].shape
+    total = stages[0].total is not None and any(s.column for s in stages)
+    if total:  # over the rows its partial sums add up (a group of finishes alone: over their 128 runs)
+        shape = next((s.shape for s in stages if s.reduce == "col_partial"), shape)
     produced_here = {v for s in stages for v in s.outputs}
     b = BodyBuilder()
     # Every load first, in order of first use: all of them in flight before any math.
@@ -83,7 +86,7 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     store_access = tuple((_access(graph, v, p), i) for (v, i), p in zip(stores, presence[len(array_loads):]))
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access, scalars,
-                  carried=tuple(carried), rows=row_kernel, columns=columns)
+                  carried=tuple(carried), rows=row_kernel, columns=columns, total=total)
 
 
 def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> int:

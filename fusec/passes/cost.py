@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Iterable
 
 from fusec.ir.kernels import Kernel
-from fusec.ir.launch import Prediction, RowGrid, Variant
+from fusec.ir.launch import ColumnGrid, Prediction, RowGrid, Variant
 from fusec.ir.program import Shape
 from fusec.target import MAX_THREADS_PER_SM
 
@@ -168,6 +168,8 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
     grid = variant.grid
     if isinstance(grid, RowGrid) and grid.chunks:  # a row kernel of a block a run of rows: that many blocks in all
         warps = max(1, min(warps, round(grid.chunks * (grid.threads or BLOCK_WARPS * 32) / 32 / costs.sms)))
+    if isinstance(grid, ColumnGrid) and grid.total:  # one block of a thread a run: its warps, on one SM of them all
+        warps = max(1, min(warps, round(grid.chunks / 32 / costs.sms)))
     # a row kernel's column sums are stored once a run of rows, not an element
     moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
         sum(a.type.itemsize for a, at in kernel.stores if (a, at) not in kernel.column_sums)

@@ -26,6 +26,8 @@ def form_of(kernel: Kernel, multi_tensor: bool = False, grid_stride: bool = Fals
     """How `kernel`'s threads map onto its elements (the fusion pass prices candidates in it too)."""
     if kernel.rows:  # with column sums: a block a run of rows, adding them up as it goes
         return RowBlock(COLUMN_CHUNKS if kernel.columns else 0)
+    if kernel.total:  # a total over the rows: one block, a thread a run, finished in it
+        return ColumnReduce(COLUMN_CHUNKS, total=True)
     if kernel.columns:  # the chunks' partial sums, or the sum of all rows (of those chunks)
         return ColumnReduce(COLUMN_CHUNKS if any(ins.op == "col_partial" for ins in kernel.body.instrs) else 1)
     if loop is not None:

@@ -75,7 +75,7 @@ def lower(program: Program, pipeline: Pipeline) -> StageGraph:
     results = tuple(current[s.name] for s in pipeline.slots
                     if (s.role == "out" and s.name in current) or (s.role == "inout" and current[s.name] != s.name))
     graph = StageGraph(pipeline.name, tuple(values), tuple(stages), results, tuple(loops), tuple(loop_inputs))
-    return assign_rows(inline_scalar_statements(graph))
+    return assign_totals(assign_rows(inline_scalar_statements(graph)))
 
 
 # Whether a row kernel may hold the partial column sums of its elements (a
@@ -106,6 +106,47 @@ def assign_rows(graph: StageGraph) -> StageGraph:
             rows = next(((lead, length) for lead, length in spaces
                          if len(lead) == 1 and length != 1 and stage.shape == lead + (length,)), None)
         stages.append(replace(stage, rows=rows) if rows else stage)
+    return replace(graph, stages=tuple(stages))
+
+
+# Whether the column sums of one column (a total over the rows: `col_sum(loss)` of
+# [rows, 1]) finish in their partial sums' kernel, with the statements over their
+# results (ir.launch.ColumnReduce.total); benchmarks turn it off to time the
+# kernels apart.
+TOTALS = True
+
+
+def assign_totals(graph: StageGraph) -> StageGraph:
+    """Marks each total with its rows' dim (Stage.total): a "col_partial" of one
+    column (its shape's dims after the first all a literal 1) outside loops and
+    row kernels, the "col_sum" that finishes it, and each statement outside loops
+    over one element (every dim a literal 1) that reads finished totals of those
+    rows and scalars only. They share a kernel (Stage.space): a block whose
+    threads each add up a run of rows, then the runs' sums added in order, then
+    the statements over them, so cross-entropy's mean is one kernel."""
+    if not TOTALS:
+        return graph
+    finished: dict[str, object] = {}  # a value -> the rows' dim of the totals it is computed from
+    partial: dict[str, object] = {}   # a partial sums' value -> its rows' dim
+    scalars = {v.name for v in graph.values if v.shape is None}
+    stages = []
+    for index, stage in enumerate(graph.stages):
+        total = None
+        reads = stage.reads()
+        if graph.loop_of(index) >= 0 or stage.rows:
+            pass
+        elif stage.reduce == "col_partial" and stage.shape and all(d == 1 for d in stage.shape[1:]):
+            total = stage.shape[0]
+            partial[stage.outputs[0]] = total
+        elif stage.reduce == "col_sum" and len(reads) == 1 and next(iter(reads)) in partial:
+            total = partial[next(iter(reads))]
+            finished[stage.outputs[0]] = total
+        elif not stage.reduce and all(d == 1 for d in stage.shape):
+            of = {finished[v] for v in reads if v in finished}
+            if len(of) == 1 and all(v in finished or v in scalars for v in reads):
+                total = of.pop()
+                finished.update((v, total) for v in stage.outputs)
+        stages.append(replace(stage, total=total) if total is not None else stage)
     return replace(graph, stages=tuple(stages))
 
 

@@ -116,8 +116,8 @@ def plan_variants(kernel: Kernel, form: Form, slot_of: Callable[[str], int],
         case RowBlock():
             clusters = arch_number(costs.arch if costs else DEFAULT_ARCH) >= CLUSTER_ARCH
             return _row_variants(kernel, form, slot_of, estimate, observed, clusters)
-        case ColumnReduce(chunks):
-            return (Variant(name, 1, ColumnGrid(chunks), regs(1)),)
+        case ColumnReduce(chunks, total):
+            return (Variant(name, 1, ColumnGrid(chunks, total), regs(1)),)
         case MultiTensor():
             width = vector_width(kernel, estimate(variant_shape(Elementwise(), 1)))
             return (Variant(f"{name}_mt", width, WorkItemGrid(), regs(width), _alignment(kernel, width, slot_of)),)

@@ -408,6 +408,8 @@ class Executor:
                 return chunks
             case RowGrid(rows_per_block, _, cluster):
                 return -(-math.prod(extents[:-1]) // rows_per_block) * max(cluster, 1)
+            case ColumnGrid(total=True):  # one block, a thread a run of rows
+                return 1
             case ColumnGrid(chunks):  # columns of no rows still get their sum (0)
                 return -(-math.prod(extents[1:]) // block) * chunks
             case ElementGrid():
