@@ -2,6 +2,7 @@
 the NumPy reference against hand-written per-row arithmetic, and how they are
 planned (a kernel of their own, one block per row)."""
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -290,3 +291,21 @@ def test_a_row_held_in_registers_keeps_what_a_later_pass_would_compute_again():
         last = body.rsplit("#pragma unroll\n    for (int r", 1)[1]
         assert "x_reg" not in last and "held[r].v[k] / acc_" in last
     assert function("p_k0_warp").count("expf(") == 2
+
+
+def test_a_pick_of_an_input_is_one_load_a_row_not_a_compare_an_element():
+    """row_pick(logits, label) of an input array (bf16 widened to f32 too): each row
+    kernel loads the element at the label once a row, checked against [0, length),
+    and neither compares each column with the label nor combines the pick; a pick of
+    an expression still compares (the value exists only per element)."""
+    from helpers import ROOT, load_program
+    program = load_program(ROOT / "examples/cross_entropy.fz")
+    for name in ("cross_entropy", "cross_entropy_bf16"):
+        cuda = compile_pipeline(program, name).cuda
+        variants = len(re.findall(rf"\b{name}_k0\w*\(\n", cuda))
+        assert variants > 10 and cuda.count("picked = v0 >= 0 && v0 < e1 ? (float)") == variants  # every one
+        assert "logits[row * e1 + v0]" in cuda and "== v0) acc" not in cuda
+    source = ("pipeline p(x: f32[r, c], j: i64[r, 1]) -> (k: f32[r, 1]) {\n"
+              "    k = row_pick(x * 2.0, j);\n}")
+    cuda = fusec.jit(source, backend="numpy").cuda_source
+    assert "== v0) acc" in cuda and "picked = v0 >= 0 && v0 < e1 ? acc" in cuda

@@ -423,9 +423,13 @@ class _KernelEmitter:
             for idx in (i for kept_here in keeps for i in kept_here):
                 held[idx] = namer.fresh("held")
                 scope.append(f"fz_vec<{body[idx].type.compute.c}, {width}> {held[idx]}[{resident}];")
+        # a pick of an input's element at a per-row index: one load a row, issued before the passes
+        picks = self._indexed_picks(schedule, row, length, refs, namer) if not chunks else {}
+        scope += picks.values()
         passes = []
         for round_ in rounds:
-            reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_]
+            reductions = [i for i, ins in enumerate(body) if ins.op in ROW_REDUCTIONS and schedule.rounds[i] == round_
+                          and i not in picks]
             earlier = {i: held[i] for kept_here in keeps[:round_ - 1] for i in kept_here}
             loop = element_pass(sets[round_ - 1], earlier, keeps[round_ - 1])
             init, steps, combine, finish, post = [], [], [], [], None
@@ -766,6 +770,31 @@ class _KernelEmitter:
             rest = quotient
         names[0] = rest
         return lines, names
+
+    def _indexed_picks(self, schedule, row: str, length: str, refs: Refs, namer: Namer) -> dict[int, str]:
+        """The row kernel's picks (row_pick) that read an input array's element,
+        as it is or widened to the accumulation type, at an index known before
+        the row's first pass (a per-row value of round 0): each is one load a row,
+        `x[row * length + index]`, and 0 where the index is outside the row (as
+        the reference defines it), instead of a compare at every element and a
+        combine. The line computing each, by instruction; its name is in `refs`."""
+        body = self.k.body.instrs
+        arrays = {a.value: a for a in self.k.loads if a.contiguous and a.present[-1]}
+        out = {}
+        for idx, ins in enumerate(body):
+            if ins.op != "row_pick" or schedule.per_element[ins.args[1]] or schedule.rounds[ins.args[1]]:
+                continue
+            source = body[ins.args[0]]
+            if source.op == "cast" and source.type.is_float and body[source.args[0]].type.is_float \
+                    and body[source.args[0]].type.itemsize <= source.type.itemsize:
+                source = body[source.args[0]]  # a widening (exact)
+            if source.op != "load" or source.attr not in arrays:
+                continue
+            a, t, index = arrays[source.attr], ins.type.compute.c, refs[ins.args[1]]
+            value = load_expr(a.type, f"{self.buffers[a.buffer]}[{row} * {length} + {index}]")
+            refs[idx] = namer.fresh("picked")
+            out[idx] = f"const {t} {refs[idx]} = {index} >= 0 && {index} < {length} ? ({t}){value} : ({t})0;"
+        return out
 
     def _row_offset(self, access: Access, row: str, coordinates: dict[int, str]) -> str:
         """Offset of a per-row access (one that does not vary along the row): the

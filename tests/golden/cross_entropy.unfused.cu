@@ -943,17 +943,14 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
-        if (col == v0) acc = v1;
     }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -967,21 +964,17 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
         const long long c0 = fz_quot(i, e1);
 
         const float v1 = logits[i];
-        if (col == v0) acc = v1;
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1002,7 +995,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8 + lane) * 4;
@@ -1015,12 +1008,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op(), 8);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -1041,7 +1031,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 16 + lane) * 4;
@@ -1054,12 +1044,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op(), 16);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -1078,7 +1065,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -1091,12 +1078,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -1110,11 +1094,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -1127,12 +1110,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1146,11 +1126,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -1163,12 +1142,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1182,11 +1158,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -1199,12 +1174,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1218,11 +1190,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -1235,12 +1206,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1254,11 +1222,10 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -1271,12 +1238,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1290,7 +1254,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
@@ -1298,7 +1261,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 1024 + t) * 4;
@@ -1311,14 +1274,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
-    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -1332,7 +1290,6 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
@@ -1340,7 +1297,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 2048 + t) * 4;
@@ -1353,14 +1310,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
-    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -1374,14 +1326,13 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 4096 + t) * 4;
@@ -1394,13 +1345,9 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
-    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -1415,14 +1362,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 16;
     const unsigned t = rank * 512u + threadIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 8192 + t) * 4;
@@ -1435,13 +1381,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
-    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -1456,11 +1398,10 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -1470,11 +1411,8 @@ extern "C" __global__ void cross_entropy_k2_row_pick_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float v1 = logits_v.v[k];
-        if (col == v0) acc = v1;
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -1543,100 +1481,100 @@ extern "C" __global__ void cross_entropy_k3_loss_v4(
 
 // cross_entropy_k4_col_partial: col_partial over [rows, 1]
 // reads loss; writes col_partial#2
-// cross_entropy_k4_col_partial: a thread per column and run of rows; estimated 27 registers.
+// cross_entropy_k4_col_partial: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k4_col_partial(
     const float* __restrict__ loss,
     float* __restrict__ col_partial_2,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    // 128 runs of rows: each a row of blocks over the columns.
-    const long long blocks = (cols + blockDim.x - 1) / blockDim.x;
-    const long long chunk = blockIdx.x / blocks;
-    const long long col = (blockIdx.x - chunk * blocks) * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+    __shared__ float runs[128];  // each run's sum
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
     const long long per = (e0 + 127) / 128;
-    const long long first = chunk * per;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
     const long long end = first + per < e0 ? first + per : e0;
     float acc = 0;
+    #pragma unroll 4
     for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
+        const long long i = row;
         const float v0 = loss[i];
         acc = fz_add_rn(acc, v0);
     }
-    col_partial_2[chunk * cols + col] = acc;
+    runs[chunk] = acc;
+    col_partial_2[chunk] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
 }
 
 // cross_entropy_k5_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_k5_col_sum: a thread per column; estimated 17 registers.
+// cross_entropy_k5_col_sum: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k5_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    const long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
-    const long long first = 0, end = e0;
-    float acc = 0;
-    for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
-        const float v0 = col_partial_2[i];
-        acc = fz_add_rn(acc, v0);
-    }
-    col_sum_3[col] = acc;
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
+    const long long per = (e0 + 127) / 128;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
+    const long long end = first + per < e0 ? first + per : e0;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
+    float total = 0;
+    for (int c = 0; c < 128; ++c) total = fz_add_rn(total, col_partial_2[c]);
+    col_sum_3[0] = total;
 }
 
 // cross_entropy_k6_col_partial_2: col_partial_2 over [rows, 1]
 // reads counted; writes col_partial#4
-// cross_entropy_k6_col_partial_2: a thread per column and run of rows; estimated 27 registers.
+// cross_entropy_k6_col_partial_2: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k6_col_partial_2(
     const float* __restrict__ counted,
     float* __restrict__ col_partial_4,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    // 128 runs of rows: each a row of blocks over the columns.
-    const long long blocks = (cols + blockDim.x - 1) / blockDim.x;
-    const long long chunk = blockIdx.x / blocks;
-    const long long col = (blockIdx.x - chunk * blocks) * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+    __shared__ float runs[128];  // each run's sum
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
     const long long per = (e0 + 127) / 128;
-    const long long first = chunk * per;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
     const long long end = first + per < e0 ? first + per : e0;
     float acc = 0;
+    #pragma unroll 4
     for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
+        const long long i = row;
         const float v0 = counted[i];
         acc = fz_add_rn(acc, v0);
     }
-    col_partial_4[chunk * cols + col] = acc;
+    runs[chunk] = acc;
+    col_partial_4[chunk] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
 }
 
 // cross_entropy_k7_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_k7_col_sum_2: a thread per column; estimated 17 registers.
+// cross_entropy_k7_col_sum_2: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k7_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    const long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
-    const long long first = 0, end = e0;
-    float acc = 0;
-    for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
-        const float v0 = col_partial_4[i];
-        acc = fz_add_rn(acc, v0);
-    }
-    col_sum_5[col] = acc;
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
+    const long long per = (e0 + 127) / 128;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
+    const long long end = first + per < e0 ? first + per : e0;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
+    float total = 0;
+    for (int c = 0; c < 128; ++c) total = fz_add_rn(total, col_partial_4[c]);
+    col_sum_5[0] = total;
 }
 
 // cross_entropy_k8_mean: mean over [1]
@@ -2602,7 +2540,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -2610,10 +2548,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
     }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -2627,11 +2562,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -2639,10 +2573,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
 
         const float v1 = __bfloat162float(logits[i]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2663,7 +2594,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const long long row = live ? (long long)blockIdx.x * 32 + threadIdx.x / 8 : e0 - 1;
     const unsigned lane = threadIdx.x & 7u;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 8 + lane) * 8;
@@ -2677,12 +2608,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op(), 8);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -2703,7 +2631,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const long long row = live ? (long long)blockIdx.x * 16 + threadIdx.x / 16 : e0 - 1;
     const unsigned lane = threadIdx.x & 15u;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 16 + lane) * 8;
@@ -2717,12 +2645,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op(), 16);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0 && live) {
         row_pick_1[row] = picked;
     }
@@ -2741,7 +2666,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
     const unsigned lane = threadIdx.x & 31u;
     if (row >= e0) return;  // the whole warp: its shuffles need every lane
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -2755,12 +2680,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_warp_combine(acc, fz_sum_op());
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (lane == 0) {
         row_pick_1[row] = picked;
     }
@@ -2774,11 +2696,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -2792,12 +2713,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2811,11 +2729,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -2829,12 +2746,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2848,11 +2762,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -2866,12 +2779,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2885,11 +2795,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -2903,12 +2812,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -2922,7 +2828,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
@@ -2930,7 +2835,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + t) * 8;
@@ -2944,14 +2849,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
-    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -2965,7 +2865,6 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
@@ -2973,7 +2872,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 2048 + t) * 8;
@@ -2987,14 +2886,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
-    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -3008,14 +2902,13 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 4096 + t) * 8;
@@ -3029,13 +2922,9 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
-    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -3050,14 +2939,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
     const long long row = blockIdx.x / 16;
     const unsigned t = rank * 512u + threadIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8192 + t) * 8;
@@ -3071,13 +2959,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
       }
     }
-    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
-    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (t == 0) {
         row_pick_1[row] = picked;
     }
@@ -3092,11 +2976,10 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     const long long e0,
     const long long e1)
 {
-    __shared__ float partial_float[32];  // one value per warp
 
     const long long row = blockIdx.x;
     const long long v0 = label[row];
-    float acc = -(float)0;
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         // coordinates of i in the collapsed space [rows, vocab]
@@ -3107,11 +2990,8 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
         const long long col = c + k;
         const float v1 = __bfloat162float(logits_v.v[k]);
         const float v2 = (float)v1;
-        if (col == v0) acc = v2;
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
-    const float picked = v0 >= 0 && v0 < e1 ? acc : (float)0;
     if (threadIdx.x == 0) {
         row_pick_1[row] = picked;
     }
@@ -3180,100 +3060,100 @@ extern "C" __global__ void cross_entropy_bf16_k3_loss_v4(
 
 // cross_entropy_bf16_k4_col_partial: col_partial over [rows, 1]
 // reads loss; writes col_partial#2
-// cross_entropy_bf16_k4_col_partial: a thread per column and run of rows; estimated 27 registers.
+// cross_entropy_bf16_k4_col_partial: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k4_col_partial(
     const float* __restrict__ loss,
     float* __restrict__ col_partial_2,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    // 128 runs of rows: each a row of blocks over the columns.
-    const long long blocks = (cols + blockDim.x - 1) / blockDim.x;
-    const long long chunk = blockIdx.x / blocks;
-    const long long col = (blockIdx.x - chunk * blocks) * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+    __shared__ float runs[128];  // each run's sum
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
     const long long per = (e0 + 127) / 128;
-    const long long first = chunk * per;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
     const long long end = first + per < e0 ? first + per : e0;
     float acc = 0;
+    #pragma unroll 4
     for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
+        const long long i = row;
         const float v0 = loss[i];
         acc = fz_add_rn(acc, v0);
     }
-    col_partial_2[chunk * cols + col] = acc;
+    runs[chunk] = acc;
+    col_partial_2[chunk] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
 }
 
 // cross_entropy_bf16_k5_col_sum: col_sum over [128, 1]
 // reads col_partial#2; writes col_sum#3
-// cross_entropy_bf16_k5_col_sum: a thread per column; estimated 17 registers.
+// cross_entropy_bf16_k5_col_sum: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k5_col_sum(
     const float* __restrict__ col_partial_2,
     float* __restrict__ col_sum_3,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    const long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
-    const long long first = 0, end = e0;
-    float acc = 0;
-    for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
-        const float v0 = col_partial_2[i];
-        acc = fz_add_rn(acc, v0);
-    }
-    col_sum_3[col] = acc;
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
+    const long long per = (e0 + 127) / 128;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
+    const long long end = first + per < e0 ? first + per : e0;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
+    float total = 0;
+    for (int c = 0; c < 128; ++c) total = fz_add_rn(total, col_partial_2[c]);
+    col_sum_3[0] = total;
 }
 
 // cross_entropy_bf16_k6_col_partial_2: col_partial_2 over [rows, 1]
 // reads counted; writes col_partial#4
-// cross_entropy_bf16_k6_col_partial_2: a thread per column and run of rows; estimated 27 registers.
+// cross_entropy_bf16_k6_col_partial_2: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k6_col_partial_2(
     const float* __restrict__ counted,
     float* __restrict__ col_partial_4,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    // 128 runs of rows: each a row of blocks over the columns.
-    const long long blocks = (cols + blockDim.x - 1) / blockDim.x;
-    const long long chunk = blockIdx.x / blocks;
-    const long long col = (blockIdx.x - chunk * blocks) * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+    __shared__ float runs[128];  // each run's sum
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
     const long long per = (e0 + 127) / 128;
-    const long long first = chunk * per;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
     const long long end = first + per < e0 ? first + per : e0;
     float acc = 0;
+    #pragma unroll 4
     for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
+        const long long i = row;
         const float v0 = counted[i];
         acc = fz_add_rn(acc, v0);
     }
-    col_partial_4[chunk * cols + col] = acc;
+    runs[chunk] = acc;
+    col_partial_4[chunk] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
 }
 
 // cross_entropy_bf16_k7_col_sum_2: col_sum_2 over [128, 1]
 // reads col_partial#4; writes col_sum#5
-// cross_entropy_bf16_k7_col_sum_2: a thread per column; estimated 17 registers.
+// cross_entropy_bf16_k7_col_sum_2: one block, a thread a run of rows, the runs' sums added up in order by its first thread; estimated 27 registers.
 extern "C" __global__ void cross_entropy_bf16_k7_col_sum_2(
     const float* __restrict__ col_partial_4,
     float* __restrict__ col_sum_5,
     const long long n,
     const long long e0)
 {
-    const long long cols = 1;
-    const long long col = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
-    const long long first = 0, end = e0;
-    float acc = 0;
-    for (long long row = first; row < end; ++row) {
-        const long long i = row * cols + col;
-        const float v0 = col_partial_4[i];
-        acc = fz_add_rn(acc, v0);
-    }
-    col_sum_5[col] = acc;
+    const long long chunk = threadIdx.x;  // the run of rows this thread adds up
+    const long long per = (e0 + 127) / 128;
+    const long long first = chunk * per < e0 ? chunk * per : e0;
+    const long long end = first + per < e0 ? first + per : e0;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    // the runs' sums added up in order from 0, then what reads them
+    float total = 0;
+    for (int c = 0; c < 128; ++c) total = fz_add_rn(total, col_partial_4[c]);
+    col_sum_5[0] = total;
 }
 
 // cross_entropy_bf16_k8_mean: mean over [1]
