@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
 from fusec.ir.launch import ColumnReduce, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
@@ -322,7 +322,7 @@ class _BodyPlan:
 
     def __init__(self, body: Body, stored: list[int], scalar_loads: Collection[int], lane_uniform: Collection[int],
                  carried: Collection[int] | None):
-        self.instrs = body.instrs
+        self.instrs = _modifiers_folded(body.instrs, stored)
         self.stores = list(dict.fromkeys(stored))
         # Constants are immediates and scalar parameters constant-bank operands: no register.
         self.free = {n for n, ins in enumerate(self.instrs) if ins.op == "const" or n in scalar_loads}
@@ -402,6 +402,29 @@ class _BodyPlan:
                 steps.append(None)
             stores_at.setdefault(len(steps) - 1, []).append(root)
         return steps, stores_at
+
+
+# A float's negation and absolute value are operand modifiers of the instruction that
+# reads them (FADD, FMUL, FFMA, FSETP, MUFU: -R, |R|): no register of their own. Counted as
+# values, they doubled the live values of fusion_hurts' kernels, where each input is read
+# negated by one output and as it is by others (ptxas 48 registers, estimated 77 for six
+# outputs; BENCHMARKS.md, the tenth session).
+OPERAND_MODIFIERS = ("neg", "abs")
+
+
+def _modifiers_folded(instrs: list[Instr], stored: Collection[int]) -> list[Instr]:
+    """`instrs` with each read of a float negation or absolute value (not itself stored)
+    reading its operand instead: the modifier's operand lives until the modifier's last use."""
+    source: dict[int, int] = {}
+    for n, ins in enumerate(instrs):
+        if ins.op in OPERAND_MODIFIERS and ins.type.is_float and n not in stored:
+            a = ins.args[0]
+            if instrs[a].type == ins.type:  # not a conversion as well
+                source[n] = source.get(a, a)
+    if not source:
+        return instrs
+    return [replace(ins, args=tuple(source.get(a, a) for a in ins.args))
+            if any(a in source for a in ins.args) else ins for ins in instrs]
 
 
 def _value_regs(ins: Instr) -> int:
