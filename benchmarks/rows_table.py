@@ -61,6 +61,9 @@ def main() -> None:
         variants.RESIDENT_THREADS = tuple(int(t) for t in option("--resident-threads", "").split(","))
     if "--cluster-elements" in sys.argv:  # the elements of its row a thread of a cluster's block holds
         variants.CLUSTER_ELEMENTS = int(option("--cluster-elements", ""))
+    if "--separate-totals" in sys.argv:  # totals over the rows as before: partial sums, finishes, epilogue apart
+        import fusec.passes.lower as lower
+        lower.TOTALS = False
     if backend == "cuda":
         import cupy as xp
 
