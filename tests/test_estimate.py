@@ -112,6 +112,25 @@ def test_a_value_is_counted_from_where_it_is_needed_not_where_it_is_written():
         assert estimate_kernel(early, variant) == estimate_kernel(late, variant)
 
 
+def test_a_negation_or_absolute_value_is_an_operand_modifier_not_a_value():
+    """Each input read negated by one output and as it is by the others (fusion_hurts):
+    -x and |x| are modifiers of the instruction reading them (ptxas keeps no register for
+    them), so the kernel holds what it holds without them. Counted as values, the six
+    negations would be held beside their inputs from the first output to the third."""
+    def source(first: str) -> str:
+        xs = [f"x{i}" for i in range(6)]
+        params = ", ".join(f"{x}: f32[n]" for x in xs)
+        y0 = " + ".join(f"exp({first.format(x)} * 0.5)" for x in xs)
+        y1 = " + ".join(f"sin({x} * 0.25)" for x in xs)
+        y2 = " + ".join(f"tanh({first.format(x)} * 0.75)" for x in xs)  # the same -x again, after y1
+        return f"pipeline p({params}) -> (y0: f32[n], y1: f32[n], y2: f32[n]) {{ y0 = {y0}; y1 = {y1}; y2 = {y2}; }}"
+    plain = kernel(source("{}"))
+    for form in ("-{}", "abs({})", "-abs({})"):
+        modified = kernel(source(form))
+        for variant in (SCALAR, VECTOR4):
+            assert estimate_kernel(modified, variant) == estimate_kernel(plain, variant), (form, variant)
+
+
 def test_math_functions_keep_scratch_registers():
     def estimate(fn: str, dtype: str, variant: VariantShape) -> int:
         return estimate_kernel(kernel(f"pipeline p(x: {dtype}[n]) -> (y: {dtype}[n]) {{ y = {fn}(x); }}"), variant)
