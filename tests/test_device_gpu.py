@@ -510,3 +510,31 @@ def test_graphs_foreach_and_torch_tensors_per_device():
         adam.foreach(sets, 1e-3, 0.9, 0.999, 1e-8, 0.1, 0.001)
         for p, b in zip(params, before):  # the first Adam step moves every value by lr
             torch.testing.assert_close(p, b - 1e-3, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("length", [256, 4096])
+def test_row_max_and_min_propagate_nan_on_the_device(dtype, length):
+    """row_max and row_min on sm_80+ are PTX's max.NaN / min.NaN (the prelude's
+    fz_max_nan): a NaN anywhere in a row is the row's result (max and min, and the
+    log-sum-exp's max), an infinity is kept, a row of -inf's log-sum-exp is -inf;
+    the rest equal NumPy's (zeros compared by value). Rows held in registers."""
+    import ml_dtypes
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((8, length)).astype(np.float32)
+    x[1, 0] = x[2, length - 1] = x[3, length // 2] = np.nan
+    x[4, 3], x[5, 7] = np.inf, -np.inf
+    x[6] = -np.inf
+    x[7] = 0.0
+    x[7, ::3] = -0.0
+    if dtype == "bf16":
+        x = x.astype(ml_dtypes.bfloat16)
+    source = (f"pipeline p(x: {dtype}[r, c]) -> (hi: f32[r, 1], lo: f32[r, 1], l: f32[r, 1]) {{\n"
+              "    hi = row_max(x); lo = row_min(x); l = row_logsumexp(x);\n}")
+    f = fusec.jit(source, backend="cuda")
+    got = [to_host(a) for a in f(to_device(x))]
+    want = fusec.jit(source, backend="numpy")(x)
+    for g, w in zip(got[:2], want[:2]):
+        np.testing.assert_array_equal(g, w)  # NaN where NaN; -0 == +0
+    np.testing.assert_array_equal(np.isnan(got[2]), np.isnan(want[2]))
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5)

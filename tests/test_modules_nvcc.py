@@ -43,3 +43,21 @@ def test_multi_tensor_kernels_cover_the_examples():
     idents = {ident for ident, _ in MULTI_TENSOR}
     assert {"adam:adam", "scale_bias_relu:scale_bias_relu", "quantize:quantize"} <= idents
     assert "time_step:time_step" not in idents and "bias_gelu:bias_gelu" not in idents
+
+
+def test_row_max_is_ptx_max_nan_on_sm_90(tmp_path):
+    """The row reductions' max and min of floats are PTX's max.NaN.f32 / min.NaN.f32
+    on sm_80 and later (one FMNMX.NAN an element, the prelude's fz_max_nan), the
+    portable compare-and-select elsewhere (the sim: tests/test_reductions_sim.py)."""
+    import subprocess
+
+    from fusec.frontend import check_source
+    from fusec.errors import Source
+    from fusec.compiler import compile_pipeline
+    source = "pipeline p(x: f32[r, c]) -> (hi: f32[r, 1], lo: f32[r, 1]) { hi = row_max(x); lo = row_min(x); }"
+    cuda = compile_pipeline(check_source(Source("p.fz", source)), "p").cuda
+    (tmp_path / "k.cu").write_text(cuda)
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-w", "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")],
+                   check=True)
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert "max.NaN.f32" in ptx and "min.NaN.f32" in ptx

@@ -330,7 +330,13 @@ def test_logsumexp_in_one_pass_holds_its_bound_where_the_max_keeps_growing(strat
             np.where(np.arange(length) == 500, np.inf, rising).astype(np.float32),
             np.where(np.arange(length) == 7, np.nan, rising).astype(np.float32),
             np.where(np.arange(length) % 2 == 0, -np.inf, rising).astype(np.float32),
-            np.full(length, -np.inf, np.float32)]
+            np.full(length, -np.inf, np.float32),
+            # one finite element, first or last: the other threads' parts all -inf (a
+            # kernel holding its row sums a thread's terms unguarded, its sum set to 0
+            # once where its max is not finite; left NaN, the row's result is NaN)
+            np.where(np.arange(length) == 0, 1.5, -np.inf).astype(np.float32),
+            np.where(np.arange(length) == length - 1, -2.0, -np.inf).astype(np.float32),
+            np.where(np.arange(length) < 8, rising, -np.inf).astype(np.float32)]
     x = np.stack(rows)
     source = "pipeline p(x: f32[r, c]) -> (l: f32[r, 1]) { l = row_logsumexp(x); }"
     got = run(source, x)
@@ -343,3 +349,29 @@ def test_logsumexp_in_one_pass_holds_its_bound_where_the_max_keeps_growing(strat
                   8 * EPS32 * np.maximum(1, np.abs(want[finite])) + length * EPS32 * terms), (got, want)
     one = np.array([[2.5], [-np.inf], [np.nan]], np.float32)
     np.testing.assert_array_equal(run(source, one), [[2.5], [-np.inf], [np.nan]])
+
+
+@pytest.mark.parametrize("strategy", ["lanes-resident", "block-resident", "cluster-resident", "block"])
+def test_a_row_kernels_bf16_and_f16_stores_round_once_to_the_references_bits(strategy, monkeypatch):
+    """A row kernel's f16 and bf16 outputs (a cast's operand rounded once where it is
+    stored, one element or a vector at a time) equal the reference bit for bit where
+    the reductions are exact: x - row_max(x) of f32 values lying on and beside the
+    ties between two bf16 (and f16) numbers, of both signs, with NaN and inf rows."""
+    force(monkeypatch, strategy)
+    length = 256
+    rng = np.random.default_rng(5)
+    base = rng.integers(-2 ** 12, 2 ** 12, (4, length)).astype(np.float64) * 2.0 ** -6
+    # f32 offsets at half an f16/bf16 unit and a hair beside it (each row's max is 64: exact below it)
+    offsets = np.array([0, 2.0 ** -17, 2.0 ** -17 + 2.0 ** -30, 2.0 ** -17 - 2.0 ** -30, 2.0 ** -9,
+                        2.0 ** -9 + 2.0 ** -28, 2.0 ** -9 - 2.0 ** -28, 3 * 2.0 ** -9])
+    x = (base + offsets[np.arange(length) % len(offsets)]).astype(np.float32)
+    x[:, 0] = 64.0
+    x[2, 5], x[3, 9] = np.nan, np.inf
+    source = ("pipeline p(x: f32[r, c]) -> (b: bf16[r, c], h: f16[r, c]) {\n"
+              "    d = x - row_max(x);\n    b = bf16(d);\n    h = d;\n}")
+    f = fusec.jit(source, backend="sim")
+    got = f(x)
+    want = fusec.jit(source, backend="numpy")(x)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint16)[:2], w.view(np.uint16)[:2])  # finite rows: the bits
+        np.testing.assert_array_equal(np.isnan(g[2:].astype(np.float32)), np.isnan(w[2:].astype(np.float32)))

@@ -139,14 +139,20 @@ def cast_expr(src: ScalarType, dst: ScalarType, arg: str) -> str:
     if dst.is_int and src.is_float:
         lo, hi = INT_RANGE[dst]
         return f"fz_f2i<{C_TYPES[dst.name]}>({arg}, {const(lo, dst)}, {const(hi, dst)})"
+    if dst.name in ("f16", "bf16"):
+        return load_expr(dst, rounded(src, dst, arg))
+    return f"({compute_type(dst)}){arg}"
+
+
+def rounded(src: ScalarType, dst: ScalarType, arg: str) -> str:
+    """A value of type `src` rounded once to f16 or bf16 `dst`, in its storage type:
+    what a cast computes, and what a store of the cast's value stores (rounding
+    the rounded value again changes nothing: one conversion, not two)."""
     if dst.name == "f16":
         # An integer beyond f32's 24 bits is beyond f16's range (65520 rounds to inf), so
         # through float (or double) it rounds once; __double2half is correctly rounded.
-        inner = f"__double2half({arg})" if src.compute.bits == 64 else f"__float2half_rn({_as_float(src, arg)})"
-        return f"__half2float({inner})"
-    if dst.name == "bf16":
-        return f"__bfloat162float({_to_bf16(src, arg)})"
-    return f"({compute_type(dst)}){arg}"
+        return f"__double2half({arg})" if src.compute.bits == 64 else f"__float2half_rn({_as_float(src, arg)})"
+    return _to_bf16(src, arg)
 
 
 # Conversions to bf16 that round once from a source wider than f32's 24 bits

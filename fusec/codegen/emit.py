@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jinja2
 
 from fusec.cache import TemplateBytecodeCache
-from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, store_expr
+from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, rounded, store_expr
 from fusec.codegen.names import Namer
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, row_schedule
 from fusec.ir.program import COLUMN_OPS
@@ -146,6 +146,12 @@ class _KernelEmitter:
         # What row_position reads in the code being emitted: the element's last
         # coordinate (a vector's: plus its lane; a row kernel's: its column).
         self.position = self.coord_names.get(len(self.k.extents) - 1)
+        # Casts to f16 or bf16 that only stores read: written where read, not named (a
+        # store of one rounds the cast's operand once: `_stored`).
+        body = self.k.body.instrs
+        read = {a for ins in body for a in ins.args} | {v for pair in self.k.carried for v in pair}
+        self.stored_casts = {idx for idx, ins in enumerate(body)
+                             if ins.op == "cast" and ins.type.name in ("f16", "bf16") and idx not in read}
 
     def _local_namer(self) -> Namer:
         """Names for one function's locals: any name but the parameters, index and coordinates."""
@@ -203,8 +209,21 @@ class _KernelEmitter:
         lines, refs = self._computation(loads, namer)
         return {"lines": [line for line in lines if line], "stores": self._stores(i, refs)}
 
-    def _stores(self, i: str, refs: list[str]) -> list[str]:
-        return [f"{self.buffers[a.buffer]}[{i}] = {store_expr(a.type, refs[at])};" for a, at in self.k.stores]
+    def _stores(self, i: str, refs: list[str], rounds: bool = True) -> list[str]:
+        return [f"{self.buffers[a.buffer]}[{i}] = {self._stored(a.type, at, refs) if rounds else store_expr(a.type, refs[at])};"
+                for a, at in self.k.stores]
+
+    def _stored(self, t, at: int, refs) -> str:
+        """Value `at` in storage type `t`: where it is a cast to `t` (f16, bf16) of a
+        value in scope (`refs`: a list holds every value), that value rounded once
+        (the cast's own rounding, not a second one of the rounded value)."""
+        body = self.k.body.instrs
+        ins = body[at]
+        if ins.op == "cast" and t.name in ("f16", "bf16") and ins.type == t:
+            src = ins.args[0]
+            if isinstance(refs, list) or src in refs:
+                return rounded(body[src].type, t, refs[src])
+        return store_expr(t, refs[at])
 
     def _loop_variant(self) -> dict:
         """Grid-stride over the elements; for a loop kernel, each element's loads
@@ -221,7 +240,8 @@ class _KernelEmitter:
         inside += [f"const {body[lv].type.compute.c} {name} = {refs[ev]};" for name, lv, ev in nexts]
         inside += [f"{refs[lv]} = {name};" for name, lv, _ in nexts]
         return {"count": self.count, "it": iteration, "pre": before, "lines": inside,
-                "stores": self._stores(self.i, refs)}
+                # after a loop the values inside it are out of scope: stored as they are
+                "stores": self._stores(self.i, refs, rounds=self.count is None)}
 
     def _vector_body(self, namer: Namer, width: int) -> dict:
         """The computation for one vector of `width` elements per array at index i:
@@ -246,7 +266,7 @@ class _KernelEmitter:
         lines, refs = self._computation(loads, namer)
         self.position = element_position
         lines = [line for line in lines if line]
-        lines += [f"{out_vec[a.value]}.v[{lane}] = {store_expr(a.type, refs[at])};" for a, at in k.stores]
+        lines += [f"{out_vec[a.value]}.v[{lane}] = {self._stored(a.type, at, refs)};" for a, at in k.stores]
         stores = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                   f"= {out_vec[a.value]};" for a, _ in k.stores]
         self.helpers.add("vec")
@@ -447,9 +467,13 @@ class _KernelEmitter:
                         scope.append(f"fz_vec<{t}, {width}> {kept_in}[{resident}];")
                         steps += [f"{kept_in}[{slot}].v[{element}] = {value};",
                                   f"{acc}.m = fz_max_op()({acc}.m, {value});"]
-                        post = post or {"lines": [], "pre": [], "declare": [], "stores": [], "live": None}
+                        post = post or {"lines": [], "pre": [], "declare": [], "stores": [], "live": None, "after": []}
+                        # With the thread's max finite no term is NaN; with it infinite or NaN every
+                        # term is NaN or 0 (fz_lse_add skips the NaN ones): the sum is then 0, set once.
                         post["lines"] += [f"const {t} {term} = fz_exp_accurate({kept_in}[{slot}].v[{element}] - {acc}.m);",
-                                          f"if ({term} == {term}) {acc}.s += {term};  // NaN: equal infinities"]
+                                          f"{acc}.s += {term};"]
+                        post["after"].append(f"if ({acc}.m - {acc}.m != ({t})0) {acc}.s = ({t})0;  "
+                                             "// a max not finite: each term NaN or 0")
                     else:
                         steps.append(f"fz_lse_add({acc}, {value});")
                     combine.append((acc, "fz_lse_op", partial, shared_slot()))
@@ -482,12 +506,12 @@ class _KernelEmitter:
         if final is not None:
             final["live"] = live  # a group past the last row stores nothing
         if final is not None and width == 1:
-            final["lines"] += [f"{self.buffers[a.buffer]}[{self.i}] = {store_expr(a.type, final['refs'][at])};"
+            final["lines"] += [f"{self.buffers[a.buffer]}[{self.i}] = {self._stored(a.type, at, final['refs'])};"
                                for a, at in element_stores]
         elif final is not None:  # each element into its place in a vector, stored whole after the last
             out = {a.buffer: namer.fresh(f"{self.buffers[a.buffer]}_out") for a, _ in element_stores}
             final["declare"] = [f"fz_vec<{a.type.c}, {width}> {out[a.buffer]};" for a, _ in element_stores]
-            final["lines"] += [f"{out[a.buffer]}.v[{element}] = {store_expr(a.type, final['refs'][at])};"
+            final["lines"] += [f"{out[a.buffer]}.v[{element}] = {self._stored(a.type, at, final['refs'])};"
                                for a, at in element_stores]
             final["stores"] = [f"*reinterpret_cast<fz_vec<{a.type.c}, {width}>*>({self.buffers[a.buffer]} + {self.i}) "
                                f"= {out[a.buffer]};" for a, _ in element_stores]
@@ -504,7 +528,7 @@ class _KernelEmitter:
             self.helpers.add("vec")
         if rank:
             self.helpers.add("clusters")
-        row_stores = [f"{self.buffers[a.buffer]}[{row}] = {store_expr(a.type, refs[at])};"
+        row_stores = [f"{self.buffers[a.buffer]}[{row}] = {self._stored(a.type, at, refs)};"
                       for a, at in k.stores if not a.present[-1] and (a, at) not in sums]
         rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         self.position = element_position
@@ -719,7 +743,7 @@ class _KernelEmitter:
         lines = [self._instruction(idx, loads, inner, refs) for idx in range(len(body)) if idx not in sums]
         accumulators = {idx: namer.fresh("acc") for idx in sums}
         where = f"{chunk} * {cols} + {col}" if chunks > 1 else col
-        element_stores = [f"{self.buffers[a.buffer]}[{self.index(a)}] = {store_expr(a.type, refs[at])};"
+        element_stores = [f"{self.buffers[a.buffer]}[{self.index(a)}] = {self._stored(a.type, at, refs)};"
                           for a, at in k.stores if at not in accumulators]
         return {"rows": rows, "cols": cols, "chunks": chunks, "coords": self._column_coordinates(row, col, inner),
                 "extent_product": " * ".join(self.extents[j] for j in range(1, len(k.extents))) or "1",
@@ -832,6 +856,9 @@ class _KernelEmitter:
             expr = cast_expr(src, ins.type, refs[ins.args[0]])
             if ins.type.is_int and src.is_float:
                 self.helpers.add("f2i")
+            if idx in self.stored_casts and not mutable:
+                refs[idx] = expr
+                return None
         elif ins.op == "pow" and ins.type.is_float and body[ins.args[1]].op == "const" and body[ins.args[1]].attr == 2:
             expr = f"{refs[ins.args[0]]} * {refs[ins.args[0]]}"  # x ** 2: exact (as NumPy's), where pow is not always
         else:

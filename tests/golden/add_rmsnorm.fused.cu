@@ -23,10 +23,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1295,10 +1325,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1524,9 +1584,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_warp(
         const float v15 = v14 * v8;
         const float v16 = (float)v11;
         const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h[i] = __float2bfloat16_rn(v13);
-        y[i] = __float2bfloat16_rn(v18);
+        h[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v17);
     }
 }
 // add_rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 26 registers.
@@ -1580,9 +1639,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_cached(
         const float v15 = v14 * v8;
         const float v16 = (float)v11;
         const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h[i] = __float2bfloat16_rn(v13);
-        y[i] = __float2bfloat16_rn(v18);
+        h[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v17);
     }
 }
 // add_rmsnorm_bf16_k0: one block per row; estimated 26 registers.
@@ -1633,9 +1691,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
         const float v15 = v14 * v8;
         const float v16 = (float)v11;
         const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h[i] = __float2bfloat16_rn(v13);
-        y[i] = __float2bfloat16_rn(v18);
+        h[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v17);
     }
 }
 // add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 41 registers.
@@ -1706,9 +1763,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1783,9 +1839,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1858,9 +1913,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r32_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -1932,9 +1986,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r64_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2006,9 +2059,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r128_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2080,9 +2132,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r256_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2154,9 +2205,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_r512_v8
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2234,9 +2284,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_c4_r256_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2314,9 +2363,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_c8_r256_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2392,9 +2440,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_c16_r256_v8(
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2471,9 +2518,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k0_c16_r51
         const float v11 = v10 * v8;
         const float v12 = (float)v9;
         const float v13 = v11 * v12;
-        const float v14 = __bfloat162float(__float2bfloat16_rn(v13));
         h_out.v[k] = __float2bfloat16_rn(held[r].v[k]);
-        y_out.v[k] = __float2bfloat16_rn(v14);
+        y_out.v[k] = __float2bfloat16_rn(v13);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
@@ -2541,9 +2587,8 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_v8(
         const float v15 = v14 * v8;
         const float v16 = (float)v11;
         const float v17 = v15 * v16;
-        const float v18 = __bfloat162float(__float2bfloat16_rn(v17));
-        h_out.v[k] = __float2bfloat16_rn(v13);
-        y_out.v[k] = __float2bfloat16_rn(v18);
+        h_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v17);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(h + i) = h_out;
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;

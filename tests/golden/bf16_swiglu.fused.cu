@@ -27,8 +27,7 @@ extern "C" __global__ void swiglu_k0(
     const float v3 = v0 * v2;
     const float v4 = __bfloat162float(__float2bfloat16_rn(v3));
     const float v5 = v4 * v1;
-    const float v6 = __bfloat162float(__float2bfloat16_rn(v5));
-    out[i] = __float2bfloat16_rn(v6);
+    out[i] = __float2bfloat16_rn(v5);
 }
 
 // swiglu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 26 registers.
@@ -52,8 +51,7 @@ extern "C" __global__ void swiglu_k0_v8(
             const float v3 = v0 * v2;
             const float v4 = __bfloat162float(__float2bfloat16_rn(v3));
             const float v5 = v4 * v1;
-            const float v6 = __bfloat162float(__float2bfloat16_rn(v5));
-            out_out.v[k] = __float2bfloat16_rn(v6);
+            out_out.v[k] = __float2bfloat16_rn(v5);
         }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(out + i) = out_out;
     } else {
@@ -65,8 +63,7 @@ extern "C" __global__ void swiglu_k0_v8(
             const float v3 = v0 * v2;
             const float v4 = __bfloat162float(__float2bfloat16_rn(v3));
             const float v5 = v4 * v1;
-            const float v6 = __bfloat162float(__float2bfloat16_rn(v5));
-            out[j] = __float2bfloat16_rn(v6);
+            out[j] = __float2bfloat16_rn(v5);
         }
     }
 }

@@ -23,8 +23,7 @@ extern "C" __global__ void swiglu_k0_s(
     const float v0 = __bfloat162float(gate[i]);
     const float v1 = 1.0f / (1.0f + expf(-v0));
     const float v2 = v0 * v1;
-    const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-    s[i] = __float2bfloat16_rn(v3);
+    s[i] = __float2bfloat16_rn(v2);
 }
 
 // swiglu_k0_s_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 22 registers.
@@ -43,8 +42,7 @@ extern "C" __global__ void swiglu_k0_s_v8(
             const float v0 = __bfloat162float(gate_v.v[k]);
             const float v1 = 1.0f / (1.0f + expf(-v0));
             const float v2 = v0 * v1;
-            const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-            s_out.v[k] = __float2bfloat16_rn(v3);
+            s_out.v[k] = __float2bfloat16_rn(v2);
         }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(s + i) = s_out;
     } else {
@@ -53,8 +51,7 @@ extern "C" __global__ void swiglu_k0_s_v8(
             const float v0 = __bfloat162float(gate[j]);
             const float v1 = 1.0f / (1.0f + expf(-v0));
             const float v2 = v0 * v1;
-            const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-            s[j] = __float2bfloat16_rn(v3);
+            s[j] = __float2bfloat16_rn(v2);
         }
     }
 }
@@ -73,8 +70,7 @@ extern "C" __global__ void swiglu_k1_out(
     const float v0 = __bfloat162float(s[i]);
     const float v1 = __bfloat162float(up[i]);
     const float v2 = v0 * v1;
-    const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-    out[i] = __float2bfloat16_rn(v3);
+    out[i] = __float2bfloat16_rn(v2);
 }
 
 // swiglu_k1_out_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
@@ -95,8 +91,7 @@ extern "C" __global__ void swiglu_k1_out_v8(
             const float v0 = __bfloat162float(s_v.v[k]);
             const float v1 = __bfloat162float(up_v.v[k]);
             const float v2 = v0 * v1;
-            const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-            out_out.v[k] = __float2bfloat16_rn(v3);
+            out_out.v[k] = __float2bfloat16_rn(v2);
         }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(out + i) = out_out;
     } else {
@@ -105,8 +100,7 @@ extern "C" __global__ void swiglu_k1_out_v8(
             const float v0 = __bfloat162float(s[j]);
             const float v1 = __bfloat162float(up[j]);
             const float v2 = v0 * v1;
-            const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-            out[j] = __float2bfloat16_rn(v3);
+            out[j] = __float2bfloat16_rn(v2);
         }
     }
 }

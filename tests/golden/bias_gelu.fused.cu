@@ -49,8 +49,7 @@ extern "C" __global__ void bias_gelu_k0(
     const float v10 = tanhf(v9);
     const float v11 = 1.0f + v10;
     const float v12 = v4 * v11;
-    const float v13 = __half2float(__float2half_rn(v12));
-    h[i] = __float2half_rn(v13);
+    h[i] = __float2half_rn(v12);
 }
 
 // bias_gelu_k0_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 30 registers.
@@ -83,8 +82,7 @@ extern "C" __global__ void bias_gelu_k0_v8(
             const float v10 = tanhf(v9);
             const float v11 = 1.0f + v10;
             const float v12 = v4 * v11;
-            const float v13 = __half2float(__float2half_rn(v12));
-            h_out.v[k] = __float2half_rn(v13);
+            h_out.v[k] = __float2half_rn(v12);
         }
         *reinterpret_cast<fz_vec<__half, 8>*>(h + i) = h_out;
     }

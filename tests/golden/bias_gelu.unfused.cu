@@ -39,8 +39,7 @@ extern "C" __global__ void bias_gelu_k0_h(
     const float v0 = __half2float(h[i]);
     const float v1 = __half2float(b[c1]);
     const float v2 = v0 + v1;
-    const float v3 = __half2float(__float2half_rn(v2));
-    h[i] = __float2half_rn(v3);
+    h[i] = __float2half_rn(v2);
 }
 
 // bias_gelu_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
@@ -63,8 +62,7 @@ extern "C" __global__ void bias_gelu_k0_h_v8(
             const float v0 = __half2float(h_v.v[k]);
             const float v1 = __half2float(b_v.v[k]);
             const float v2 = v0 + v1;
-            const float v3 = __half2float(__float2half_rn(v2));
-            h_out.v[k] = __float2half_rn(v3);
+            h_out.v[k] = __float2half_rn(v2);
         }
         *reinterpret_cast<fz_vec<__half, 8>*>(h + i) = h_out;
     }
@@ -89,8 +87,7 @@ extern "C" __global__ void bias_gelu_k1_h_2(
     const float v7 = tanhf(v6);
     const float v8 = 1.0f + v7;
     const float v9 = v1 * v8;
-    const float v10 = __half2float(__float2half_rn(v9));
-    h[i] = __float2half_rn(v10);
+    h[i] = __float2half_rn(v9);
 }
 
 // bias_gelu_k1_h_2_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 27 registers.
@@ -115,8 +112,7 @@ extern "C" __global__ void bias_gelu_k1_h_2_v8(
             const float v7 = tanhf(v6);
             const float v8 = 1.0f + v7;
             const float v9 = v1 * v8;
-            const float v10 = __half2float(__float2half_rn(v9));
-            h_out.v[k] = __float2half_rn(v10);
+            h_out.v[k] = __float2half_rn(v9);
         }
         *reinterpret_cast<fz_vec<__half, 8>*>(h + i) = h_out;
     } else {
@@ -132,8 +128,7 @@ extern "C" __global__ void bias_gelu_k1_h_2_v8(
             const float v7 = tanhf(v6);
             const float v8 = 1.0f + v7;
             const float v9 = v1 * v8;
-            const float v10 = __half2float(__float2half_rn(v9));
-            h[j] = __float2half_rn(v10);
+            h[j] = __float2half_rn(v9);
         }
     }
 }

@@ -30,10 +30,40 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -323,10 +353,11 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -383,10 +414,11 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -441,10 +473,11 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -498,10 +531,11 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -555,10 +589,11 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -612,10 +647,11 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -669,10 +705,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -726,10 +763,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v3 = lse - picked;
@@ -787,10 +825,11 @@ extern "C" __global__ void cross_entropy_k0_c4_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -850,10 +889,11 @@ extern "C" __global__ void cross_entropy_k0_c8_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -912,10 +952,11 @@ extern "C" __global__ void cross_entropy_k0_c16_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -974,10 +1015,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_c16_r512_v
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1100,10 +1142,40 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1396,10 +1468,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1457,10 +1530,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1516,10 +1590,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1574,10 +1649,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1632,10 +1708,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1690,10 +1767,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1748,10 +1826,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     const float v4 = lse - picked;
@@ -1810,10 +1889,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1874,10 +1954,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1937,10 +2018,11 @@ extern "C" __global__ void cross_entropy_bf16_k0_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -2000,10 +2082,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_c16_r
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);

@@ -30,10 +30,40 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -345,10 +375,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -395,10 +426,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -443,10 +475,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     if (lane == 0) {
@@ -490,10 +523,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -537,10 +571,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -584,10 +619,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -631,10 +667,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -678,10 +715,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -729,10 +767,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c4_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -782,10 +821,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c8_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -834,10 +874,11 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_c16_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -886,10 +927,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k1_row_logsum
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1660,10 +1702,40 @@ __device__ __forceinline__ double fz_add_rn(double a, double b) { return __dadd_
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1978,10 +2050,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -2029,10 +2102,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -2078,10 +2152,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     if (lane == 0) {
@@ -2126,10 +2201,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -2174,10 +2250,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -2222,10 +2299,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -2270,10 +2348,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -2322,10 +2401,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -2376,10 +2456,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -2429,10 +2510,11 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -2482,10 +2564,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);

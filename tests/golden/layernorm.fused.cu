@@ -23,10 +23,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1599,10 +1629,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1840,8 +1900,7 @@ extern "C" __global__ void layernorm_bf16_k0_warp(
         const float v17 = v15 * v16;
         const float v18 = (float)v12;
         const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y[i] = __float2bfloat16_rn(v20);
+        y[i] = __float2bfloat16_rn(v19);
     }
     if (lane == 0) {
         mean[row] = v2;
@@ -1910,8 +1969,7 @@ extern "C" __global__ void layernorm_bf16_k0_cached(
         const float v17 = v15 * v16;
         const float v18 = (float)v12;
         const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y[i] = __float2bfloat16_rn(v20);
+        y[i] = __float2bfloat16_rn(v19);
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
@@ -1978,8 +2036,7 @@ extern "C" __global__ void layernorm_bf16_k0(
         const float v17 = v15 * v16;
         const float v18 = (float)v12;
         const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y[i] = __float2bfloat16_rn(v20);
+        y[i] = __float2bfloat16_rn(v19);
     }
     if (threadIdx.x == 0) {
         mean[row] = v2;
@@ -2072,8 +2129,7 @@ extern "C" __global__ void layernorm_bf16_k0_r8_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2169,8 +2225,7 @@ extern "C" __global__ void layernorm_bf16_k0_r16_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2264,8 +2319,7 @@ extern "C" __global__ void layernorm_bf16_k0_r32_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2358,8 +2412,7 @@ extern "C" __global__ void layernorm_bf16_k0_r64_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2452,8 +2505,7 @@ extern "C" __global__ void layernorm_bf16_k0_r128_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2546,8 +2598,7 @@ extern "C" __global__ void layernorm_bf16_k0_r256_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2640,8 +2691,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_r512_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2741,8 +2791,7 @@ extern "C" __global__ void layernorm_bf16_k0_c4_r256_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2842,8 +2891,7 @@ extern "C" __global__ void layernorm_bf16_k0_c8_r256_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2941,8 +2989,7 @@ extern "C" __global__ void layernorm_bf16_k0_c16_r256_v8(
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -3041,8 +3088,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_c16_r512_
         const float v12 = v10 * v11;
         const float v13 = (float)v9;
         const float v14 = v12 + v13;
-        const float v15 = __bfloat162float(__float2bfloat16_rn(v14));
-        y_out.v[k] = __float2bfloat16_rn(v15);
+        y_out.v[k] = __float2bfloat16_rn(v14);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -3127,8 +3173,7 @@ extern "C" __global__ void layernorm_bf16_k0_v8(
         const float v17 = v15 * v16;
         const float v18 = (float)v12;
         const float v19 = v17 + v18;
-        const float v20 = __bfloat162float(__float2bfloat16_rn(v19));
-        y_out.v[k] = __float2bfloat16_rn(v20);
+        y_out.v[k] = __float2bfloat16_rn(v19);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }

@@ -10,10 +10,40 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -318,10 +348,11 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -382,10 +413,11 @@ extern "C" __global__ void log_softmax_k0_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -444,10 +476,11 @@ extern "C" __global__ void log_softmax_k0_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -505,10 +538,11 @@ extern "C" __global__ void log_softmax_k0_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -566,10 +600,11 @@ extern "C" __global__ void log_softmax_k0_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -627,10 +662,11 @@ extern "C" __global__ void log_softmax_k0_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -688,10 +724,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -749,10 +786,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -814,10 +852,11 @@ extern "C" __global__ void log_softmax_k0_c4_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -881,10 +920,11 @@ extern "C" __global__ void log_softmax_k0_c8_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -947,10 +987,11 @@ extern "C" __global__ void log_softmax_k0_c16_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1013,10 +1054,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_c16_r512_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1091,10 +1133,40 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1299,8 +1371,7 @@ extern "C" __global__ void log_softmax_bf16_k0_warp(
         const float v2 = __bfloat162float(x[i]);
         const float v3 = (float)v2;
         const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y[i] = __float2bfloat16_rn(v5);
+        y[i] = __float2bfloat16_rn(v4);
     }
 }
 // log_softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 19 registers.
@@ -1332,8 +1403,7 @@ extern "C" __global__ void log_softmax_bf16_k0_cached(
         const float v2 = __bfloat162float(x_row[col]);
         const float v3 = (float)v2;
         const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y[i] = __float2bfloat16_rn(v5);
+        y[i] = __float2bfloat16_rn(v4);
     }
 }
 // log_softmax_bf16_k0: one block per row; estimated 19 registers.
@@ -1363,8 +1433,7 @@ extern "C" __global__ void log_softmax_bf16_k0(
         const float v2 = __bfloat162float(x[i]);
         const float v3 = (float)v2;
         const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y[i] = __float2bfloat16_rn(v5);
+        y[i] = __float2bfloat16_rn(v4);
     }
 }
 // log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
@@ -1411,10 +1480,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1427,8 +1497,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1478,10 +1547,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1494,8 +1564,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1543,10 +1612,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1559,8 +1629,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1607,10 +1676,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1623,8 +1693,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1671,10 +1740,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1687,8 +1757,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1735,10 +1804,11 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1751,8 +1821,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1799,10 +1868,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
 #pragma unroll
@@ -1815,8 +1885,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1867,10 +1936,11 @@ extern "C" __global__ void log_softmax_bf16_k0_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1885,8 +1955,7 @@ extern "C" __global__ void log_softmax_bf16_k0_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1937,10 +2006,11 @@ extern "C" __global__ void log_softmax_bf16_k0_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1955,8 +2025,7 @@ extern "C" __global__ void log_softmax_bf16_k0_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2006,10 +2075,11 @@ extern "C" __global__ void log_softmax_bf16_k0_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -2023,8 +2093,7 @@ extern "C" __global__ void log_softmax_bf16_k0_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2075,10 +2144,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_c16_r51
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -2092,8 +2162,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_c16_r51
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v2 = held[r].v[k] - lse;
-        const float v3 = __bfloat162float(__float2bfloat16_rn(v2));
-        y_out.v[k] = __float2bfloat16_rn(v3);
+        y_out.v[k] = __float2bfloat16_rn(v2);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2135,8 +2204,7 @@ extern "C" __global__ void log_softmax_bf16_k0_v8(
         const float v2 = __bfloat162float(x_v_.v[k]);
         const float v3 = (float)v2;
         const float v4 = v3 - lse;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }

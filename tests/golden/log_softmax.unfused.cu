@@ -23,10 +23,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -292,10 +322,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -342,10 +373,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -390,10 +422,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r32_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     if (lane == 0) {
@@ -437,10 +470,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r64_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -484,10 +518,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r128_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -531,10 +566,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -578,10 +614,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -625,10 +662,11 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -676,10 +714,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_c4_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -729,10 +768,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_c8_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -781,10 +821,11 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_c16_r256_v4(
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -833,10 +874,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_k0_row_logsumex
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -948,10 +990,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1220,10 +1292,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 8);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -1271,10 +1344,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op(), 16);
     const float lse = fz_lse_result(acc);
     if (lane == 0 && live) {
@@ -1320,10 +1394,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_warp_combine(acc, fz_lse_op());
     const float lse = fz_lse_result(acc);
     if (lane == 0) {
@@ -1368,10 +1443,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -1416,10 +1492,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -1464,10 +1541,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -1512,10 +1590,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     acc = fz_block_combine(acc, fz_lse_op(), partial_lse_float);
     const float lse = fz_lse_result(acc);
     if (threadIdx.x == 0) {
@@ -1564,10 +1643,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
     acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1618,10 +1698,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
     __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
     acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
@@ -1671,10 +1752,11 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1724,10 +1806,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-        if (e == e) acc.s += e;  // NaN: equal infinities
+        acc.s += e;
       }
       }
     }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
     acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
     const float lse = fz_lse_result(acc);
@@ -1784,8 +1867,7 @@ extern "C" __global__ void log_softmax_bf16_k1_y(
     const float v1 = row_logsumexp_0[c0];
     const float v2 = (float)v0;
     const float v3 = v2 - v1;
-    const float v4 = __bfloat162float(__float2bfloat16_rn(v3));
-    y[i] = __float2bfloat16_rn(v4);
+    y[i] = __float2bfloat16_rn(v3);
 }
 
 // log_softmax_bf16_k1_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 17 registers.
@@ -1810,8 +1892,7 @@ extern "C" __global__ void log_softmax_bf16_k1_y_v8(
             const float v1 = row_logsumexp_0_s;
             const float v2 = (float)v0;
             const float v3 = v2 - v1;
-            const float v4 = __bfloat162float(__float2bfloat16_rn(v3));
-            y_out.v[k] = __float2bfloat16_rn(v4);
+            y_out.v[k] = __float2bfloat16_rn(v3);
         }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }

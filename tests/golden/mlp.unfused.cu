@@ -350,10 +350,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.

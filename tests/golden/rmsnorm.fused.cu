@@ -23,10 +23,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1142,10 +1172,40 @@ __device__ __forceinline__ long long fz_rem(long long a, long long b)
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1363,8 +1423,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_warp(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v11);
     }
 }
 // rmsnorm_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 25 registers.
@@ -1409,8 +1468,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_cached(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v11);
     }
 }
 // rmsnorm_bf16_k0: one block per row; estimated 25 registers.
@@ -1453,8 +1511,7 @@ extern "C" __global__ void rmsnorm_bf16_k0(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y[i] = __float2bfloat16_rn(v12);
+        y[i] = __float2bfloat16_rn(v11);
     }
 }
 // rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
@@ -1516,8 +1573,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1582,8 +1638,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1646,8 +1701,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r32_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1709,8 +1763,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r64_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1772,8 +1825,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r128_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1835,8 +1887,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r256_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1898,8 +1949,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1967,8 +2017,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_c4_r256_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2036,8 +2085,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_c8_r256_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2103,8 +2151,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_c16_r256_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2171,8 +2218,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_c16_r512_v8
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2228,8 +2274,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_v8(
         const float v9 = v8 * v5;
         const float v10 = (float)v7;
         const float v11 = v9 * v10;
-        const float v12 = __bfloat162float(__float2bfloat16_rn(v11));
-        y_out.v[k] = __float2bfloat16_rn(v12);
+        y_out.v[k] = __float2bfloat16_rn(v11);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }

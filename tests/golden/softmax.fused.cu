@@ -10,10 +10,40 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1167,10 +1197,40 @@ struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 #ifndef FZ_HELPER_ROWS
 #define FZ_HELPER_ROWS
 // Row reductions: NaN propagates through max and min (as in NumPy and PyTorch;
-// the elementwise max and min ignore it).
+// the elementwise max and min ignore it). On sm_80 and later a float's is PTX's
+// max.NaN.f32 / min.NaN.f32 (one FMNMX.NAN, where the portable form takes two
+// FSETP and an FSEL); elsewhere (double, the sim) the portable form. The two
+// agree but for a NaN's payload (PTX's is the canonical NaN) and the sign of a
+// zero max or min of +0 and -0 (either, as the combining order already gave).
+__device__ __forceinline__ float fz_max_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b > a || b != b) ? b : a;
+#endif
+}
+__device__ __forceinline__ float fz_min_nan(float a, float b)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (b < a || b != b) ? b : a;
+#endif
+}
 struct fz_sum_op { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct fz_max_op { template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; } };
-struct fz_min_op { template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; } };
+struct fz_max_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b > a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_max_nan(a, b); }
+};
+struct fz_min_op {
+    template <typename T> __device__ T operator()(T a, T b) const { return (b < a || b != b) ? b : a; }
+    __device__ float operator()(float a, float b) const { return fz_min_nan(a, b); }
+};
 // The log-sum-exp in one pass: the running max m and the sum s of exp(x - m),
 // rescaled when the max grows; a NaN max, or an infinite one, is the result (as
 // max + log(sum(exp(x - max))) gives). The exp is always the accurate one.
@@ -1387,8 +1447,7 @@ extern "C" __global__ void softmax_bf16_k0_warp(
         const float v8 = v7 - acc;
         const float v9 = expf(v8);
         const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y[i] = __float2bfloat16_rn(v11);
+        y[i] = __float2bfloat16_rn(v10);
     }
 }
 // softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 24 registers.
@@ -1432,8 +1491,7 @@ extern "C" __global__ void softmax_bf16_k0_cached(
         const float v8 = v7 - acc;
         const float v9 = expf(v8);
         const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y[i] = __float2bfloat16_rn(v11);
+        y[i] = __float2bfloat16_rn(v10);
     }
 }
 // softmax_bf16_k0: one block per row; estimated 24 registers.
@@ -1475,8 +1533,7 @@ extern "C" __global__ void softmax_bf16_k0(
         const float v8 = v7 - acc;
         const float v9 = expf(v8);
         const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y[i] = __float2bfloat16_rn(v11);
+        y[i] = __float2bfloat16_rn(v10);
     }
 }
 // softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
@@ -1541,8 +1598,7 @@ extern "C" __global__ void softmax_bf16_k0_r8_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1610,8 +1666,7 @@ extern "C" __global__ void softmax_bf16_k0_r16_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1677,8 +1732,7 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1743,8 +1797,7 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1809,8 +1862,7 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1875,8 +1927,7 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1941,8 +1992,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2014,8 +2064,7 @@ extern "C" __global__ void softmax_bf16_k0_c4_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2087,8 +2136,7 @@ extern "C" __global__ void softmax_bf16_k0_c8_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2158,8 +2206,7 @@ extern "C" __global__ void softmax_bf16_k0_c16_r256_v8(
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2230,8 +2277,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_c16_r512_v8
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
         const float v4 = held_[r].v[k] / acc_;
-        const float v5 = __bfloat162float(__float2bfloat16_rn(v4));
-        y_out.v[k] = __float2bfloat16_rn(v5);
+        y_out.v[k] = __float2bfloat16_rn(v4);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2289,8 +2335,7 @@ extern "C" __global__ void softmax_bf16_k0_v8(
         const float v8 = v7 - acc;
         const float v9 = expf(v8);
         const float v10 = v9 / acc_;
-        const float v11 = __bfloat162float(__float2bfloat16_rn(v10));
-        y_out.v[k] = __float2bfloat16_rn(v11);
+        y_out.v[k] = __float2bfloat16_rn(v10);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
