@@ -37,9 +37,12 @@ where ptxas uses 48 registers or more.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
 from fusec.ir.launch import ColumnReduce, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
@@ -329,50 +332,46 @@ class _BodyPlan:
         self.loads = [n for n, ins in enumerate(self.instrs) if ins.op == "load" and n not in self.free]
         self.uniform = self.free | (set(lane_uniform) & set(self.loads))
         for n, ins in enumerate(self.instrs):  # computed from lane-uniform values only: once for all lanes
-            if ins.op != "load" and ins.args and all(a in self.uniform for a in ins.args):
+            if ins.op != "load" and ins.args and self.uniform.issuperset(ins.args):
                 self.uniform.add(n)
         self.steps, self.stores_at = self._demand_order()
         self.last: dict[int, int] = {}       # step of each value's last read (an instruction or its store)
         self.last_lane: dict[int, int] = {}  # the same, by a lane-varying instruction or a store
         for p, n in enumerate(self.steps):
-            for a in self.instrs[n].args if n is not None else ():
-                self.last[a] = p
+            if n is not None:
+                args = dict.fromkeys(self.instrs[n].args, p)
+                self.last.update(args)
                 if n not in self.uniform:
-                    self.last_lane[a] = p
+                    self.last_lane.update(args)
             for s in self.stores_at.get(p, ()):
                 self.last[s] = self.last_lane[s] = p
         if carried is not None:  # a loop: every iteration reads the loads it does not replace
             for n in self.loads:
                 if n not in carried:
                     self.last[n] = self.last_lane[n] = len(self.steps)
-        self.stored_at = [set(self.stores_at.get(p, ())) for p in range(len(self.steps))]
         self._walks: dict[tuple[int, int], float] = {}
-        self._lane_tables: dict[int, tuple] = {}
+        self._lane_tables: dict[int, _LaneTable] = {}
+        self._release_points: dict[bool, tuple[np.ndarray, ...]] = {}
+        self._releases: dict[tuple[int, bool], np.ndarray] = {}
+        # What the walks need of each instruction and step, for any number of lanes (as arrays: see _LaneTable).
+        self.figures = np.array([_figures(ins.op, ins.type) for ins in self.instrs], dtype=float).reshape(-1, 5)
+        self.is_uniform = np.zeros(len(self.instrs), dtype=bool)
+        self.is_uniform[list(self.uniform)] = True
+        self.is_load = np.array([ins.op == "load" for ins in self.instrs], dtype=bool)
+        at = np.array([-1 if n is None else n for n in self.steps], dtype=np.intp)
+        self.step_has = at >= 0  # the step computes a value (else it only stores)
+        self.step_instr = np.where(self.step_has, at, 0)
+        self.step_uniform = self.step_has & self.is_uniform[self.step_instr]
+        self.step_dead = self.step_has & np.array([n not in self.last for n in self.steps], dtype=bool)
 
-    def lane_table(self, lanes: int) -> tuple[dict[int, tuple[float, float]], list[tuple]]:
+    def lane_table(self, lanes: int) -> "_LaneTable":
         """For `lanes` lanes: each value's registers (held once if lane-uniform, per
-        lane); per step, the value it computes (or None), whether it is lane-uniform,
+        lane), and per step the value it computes, whether it is lane-uniform,
         whether nothing reads it, its scratch, the lanes of the values it stores."""
-        if lanes in self._lane_tables:
-            return self._lane_tables[lanes]
-        instrs, uniform = self.instrs, self.uniform
-        regs: dict[int, tuple[float, float]] = {}
-        for n in {*self.steps, *self.loads, *self.last, *self.stores} - {None}:
-            ins = instrs[n]
-            if n in uniform:
-                regs[n] = (_value_regs(ins), 0.0)
-            else:
-                regs[n] = (0, _lane_regs(ins, lanes) if ins.op == "load" else _value_regs(ins))
-        steps = []
-        for p, n in enumerate(self.steps):
-            store_lanes = sum(_lane_regs(instrs[s], lanes) for s in self.stores_at.get(p, ()))
-            if n is None:
-                steps.append((None, False, False, 0, store_lanes))
-            else:
-                steps.append((regs[n], n in uniform, n not in self.last,
-                               _scratch(instrs[n], 1 if n in uniform else lanes), store_lanes))
-        self._lane_tables[lanes] = regs, steps
-        return regs, steps
+        table = self._lane_tables.get(lanes)
+        if table is None:
+            table = self._lane_tables[lanes] = _LaneTable(self, lanes)
+        return table
 
     def walk(self, lanes: int, group: int) -> float:
         """`_walk` of this body, remembered."""
@@ -385,6 +384,7 @@ class _BodyPlan:
         steps: list[int | None] = []
         done = self.free | set(self.loads)
         stores_at: dict[int, list[int]] = {}
+        instrs = self.instrs
         for root in self.stores:
             before = len(steps)
             stack = [(root, False)]
@@ -397,7 +397,7 @@ class _BodyPlan:
                     steps.append(n)
                 else:
                     stack.append((n, True))
-                    stack.extend((a, False) for a in reversed(self.instrs[n].args) if a not in done)
+                    stack += [(a, False) for a in reversed(instrs[n].args) if a not in done]
             if len(steps) == before:  # computed already, or loaded: a step of its own
                 steps.append(None)
             stores_at.setdefault(len(steps) - 1, []).append(root)
@@ -438,60 +438,109 @@ def _lane_regs(ins: Instr, lanes: int) -> float:
     return max(ins.type.itemsize / 4, BYTE_LANE_REGS)
 
 
-def _scratch(ins: Instr, lanes: int) -> float:
-    """Scratch registers of `ins` (a math function, an integer division) while
-    it runs for `lanes` lanes."""
-    if ins.type.is_float:
-        table = SCRATCH_F64 if ins.type.compute.bits == 64 else SCRATCH_F32
-    elif ins.type.is_int:
-        table = SCRATCH_INT
+@functools.cache
+def _figures(op: str, type_) -> tuple[int, int, float, float, float]:
+    """What the walk needs of an instruction, by its op and type: `_value_regs`,
+    `_lane_regs` for one lane and for a vector, and the scratch registers of a
+    math function or an integer division while it runs (one lane, each further lane)."""
+    ins = Instr(op, (), type_)
+    if type_.is_float:
+        table = SCRATCH_F64 if type_.compute.bits == 64 else SCRATCH_F32
     else:
-        return 0
-    one, further = table.get(ins.op, (0, 0))
-    return one + FURTHER_LANE_SCRATCH * further * (lanes - 1)
+        table = SCRATCH_INT if type_.is_int else {}
+    return (_value_regs(ins), _lane_regs(ins, 1), _lane_regs(ins, 2), *table.get(op, (0, 0)))
+
+
+class _LaneTable:
+    """`_BodyPlan.lane_table`: arrays, so that `_walk` steps through the body a
+    lane group at a time, not an instruction at a time.
+
+    Per instruction: `once` (registers a lane-uniform value holds for all lanes)
+    and `per_lane` (those of any other value, for each lane). Per step: the
+    registers of the value computed (`value_once`, `value_lane`; none where the
+    step only stores), its scratch, and the lanes of the values stored at that
+    step (`store_lanes`)."""
+
+    def __init__(self, plan: "_BodyPlan", lanes: int):
+        figures, at = plan.figures, plan.step_instr
+        value_regs, lane_regs = figures[:, 0], figures[:, 1 if lanes == 1 else 2]
+        self.once = np.where(plan.is_uniform, value_regs, 0.0)
+        self.per_lane = np.where(plan.is_uniform, 0.0, np.where(plan.is_load, lane_regs, value_regs))
+        self.value_once = np.where(plan.step_has, self.once[at], 0.0)
+        self.value_lane = np.where(plan.step_has, self.per_lane[at], 0.0)
+        # a lane-uniform instruction runs once, for one lane; the others' further lanes overlap in part
+        runs_for = np.where(plan.step_uniform, 1, lanes)
+        self.scratch = np.where(plan.step_has, figures[at, 3] + FURTHER_LANE_SCRATCH * figures[at, 4] * (runs_for - 1),
+                                0.0)
+        self.store_lanes = np.zeros(len(plan.steps))
+        for p, stored in plan.stores_at.items():
+            self.store_lanes[p] = sum(lane_regs[s] for s in stored)
 
 
 def _walk(plan: _BodyPlan, lanes: int, group: int) -> float:
     """Peak registers of the body's values over `lanes` lanes, run `group` lanes
     at a time (each instruction for the group's lanes together); the loads are
-    issued at the top."""
-    regs, steps = plan.lane_table(lanes)
+    issued at the top.
+
+    Each step of a lane group, in order: its value is computed (and dropped at
+    once if nothing reads it), the stored values' lanes are held, the values it
+    reads for the last time are released; after the last group's lanes, the
+    vector stores issue. The peak is taken after each value is computed (with its
+    scratch) and after each step. Every count is a whole or half register, so
+    the running totals are exact in floating point, and summing a group's steps
+    at once (np.cumsum) gives the same figures as adding them one by one."""
+    table = plan.lane_table(lanes)
     groups = -(-lanes // group)
-    # Values read for the last time at each step: (once, per lane, in which group or None: every),
-    # when the step's instruction runs, and when it is skipped (a lane-uniform value after group 0).
-    runs: dict[int, list[tuple[float, float, int | None]]] = {}
-    skipped: dict[int, list[tuple[float, float, int | None]]] = {}
-    for a, (g_at, p) in _release_points(plan, groups).items():
-        entry = (*regs[a], g_at)
-        runs.setdefault(p, []).append(entry)
-        if a in plan.stored_at[p]:
-            skipped.setdefault(p, []).append(entry)
-    live = peak = sum(once + per_lane * lanes for once, per_lane in map(regs.__getitem__, plan.loads))
+    releases = _release_table(plan, lanes, groups > 1)
+    loads = np.array(plan.loads, dtype=np.intp)
+    live = peak = float(np.sum(table.once[loads] + table.per_lane[loads] * lanes))
+    if not plan.steps:
+        return peak
     vector = lanes > 1
+    deltas = np.zeros((len(plan.steps), 3))  # per step: computed, stored and released, vector stores issued
     for g in range(groups):
         count = min(group, lanes - g * group)
         last_group = g == groups - 1
-        for p, (value, is_uniform, dead, scratch, store_lanes) in enumerate(steps):
-            if value is not None and not (is_uniform and g > 0):  # a lane-uniform value is computed once
-                held = value[0] + value[1] * count
-                live += held
-                if live + scratch > peak:
-                    peak = live + scratch
-                if dead:  # read by nothing: dead at once
-                    live -= held
-                rel = runs.get(p, ())
-            else:
-                rel = skipped.get(p, ())
-            if vector:  # each stored value's lanes are held until its vector is whole
-                live += store_lanes * count
-            for once, per_lane, g_at in rel:
-                if g_at is None or g_at == g:
-                    live -= once + per_lane * count
-            if live > peak:
-                peak = live
-            if vector and last_group:  # the last lanes are in: the vector stores issue
-                live -= store_lanes * lanes
+        # a lane-uniform value is computed once, in the first group
+        computed = plan.step_has if g == 0 else plan.step_has & ~plan.step_uniform
+        held = table.value_once + table.value_lane * count
+        # values read for the last time: (when the step runs, when it is skipped) x (every group, first, last)
+        in_group = releases[:, :, 0] + (releases[:, :, 1] if g == 0 else 0) + (releases[:, :, 2] if last_group else 0)
+        released = in_group[..., 0] + in_group[..., 1] * count
+        deltas[:, 0] = np.where(computed, held, 0.0)
+        deltas[:, 1] = -np.where(computed & plan.step_dead, held, 0.0) - np.where(computed, released[0], released[1])
+        if vector:  # each stored value's lanes are held until its vector is whole
+            deltas[:, 1] += table.store_lanes * count
+        deltas[:, 2] = -table.store_lanes * lanes if vector and last_group else 0.0
+        levels = (live + np.cumsum(deltas.ravel())).reshape(-1, 3)
+        with_scratch = (levels[:, 0] + table.scratch)[computed]
+        peak = max(peak, float(levels[:, 1].max()), float(with_scratch.max()) if with_scratch.size else peak)
+        live = float(levels[-1, 2])
     return peak
+
+
+def _release_table(plan: _BodyPlan, lanes: int, several_groups: bool) -> np.ndarray:
+    """The registers released at each step, as [run or skipped, step, in every
+    group / the first / the last, once or per lane] (`_release_points`; a
+    lane-uniform value's step is skipped after the first group, but a value
+    stored there is released all the same)."""
+    key = (lanes, several_groups)
+    if key not in plan._releases:
+        if several_groups not in plan._release_points:
+            points = _release_points(plan, 2 if several_groups else 1)
+            plan._release_points[several_groups] = (
+                np.array(list(points), dtype=np.intp),
+                np.array([p for _, p in points.values()], dtype=np.intp),
+                np.array([0 if g_at is None else 1 if g_at == 0 else 2 for g_at, _ in points.values()], dtype=np.intp),
+                np.array([n in plan.stores_at.get(p, ()) for n, (_, p) in points.items()], dtype=bool))
+        values, steps, which, stored_here = plan._release_points[several_groups]
+        table = plan.lane_table(lanes)
+        out = np.zeros((2, len(plan.steps), 3, 2))
+        for skipped, chosen in ((0, slice(None)), (1, stored_here)):
+            for k, regs in enumerate((table.once, table.per_lane)):
+                np.add.at(out[skipped, :, :, k], (steps[chosen], which[chosen]), regs[values[chosen]])
+        plan._releases[key] = out
+    return plan._releases[key]
 
 
 def _release_points(plan: _BodyPlan, groups: int) -> dict[int, tuple[int | None, int]]:
@@ -499,14 +548,14 @@ def _release_points(plan: _BodyPlan, groups: int) -> dict[int, tuple[int | None,
     in every group, for its own lanes). A lane-uniform value read by
     lane-varying code is held until the last group has read it."""
     out: dict[int, tuple[int | None, int]] = {}
+    free, uniform, last_lane, steps = plan.free, plan.uniform, plan.last_lane, len(plan.steps)
     for n, p in plan.last.items():
-        if n in plan.free or p >= len(plan.steps):
+        if n in free or p >= steps:
             continue  # no register; or read by every iteration of a loop
-        if n not in plan.uniform:
+        if n not in uniform:
             out[n] = (None, p)
-        elif n in plan.last_lane and groups > 1:
-            out[n] = (groups - 1, plan.last_lane[n])
+        elif n in last_lane and groups > 1:
+            out[n] = (groups - 1, last_lane[n])
         else:
             out[n] = (0, p)
     return out
-
