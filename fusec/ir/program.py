@@ -205,3 +205,9 @@ class BodyBuilder:
 
     def build(self, results) -> Body:
         return Body(tuple(self.instrs), tuple(results))
+
+    def copy(self) -> "BodyBuilder":
+        """A builder holding the same instructions, to go on emitting apart from this one."""
+        new = BodyBuilder()
+        new.instrs, new._index = list(self.instrs), dict(self._index)
+        return new

@@ -6,7 +6,7 @@ that is emitted.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Callable
 
 from fusec.ir.kernels import Access, Kernel
 from fusec.ir.program import Body, BodyBuilder, Dim, Instr, Shape
@@ -14,7 +14,7 @@ from fusec.ir.stages import Loop, Stage, StageGraph
 
 
 def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name: str = "",
-                 loop: Loop | None = None) -> Kernel:
+                 loop: Loop | None = None, merged: "Merged | None" = None) -> Kernel:
     """One kernel for `stages`, storing the values in `stored`. With `loop`, a
     loop kernel: the stages are the loop's whole body, iterated in registers; each
     carried slot's loop value is loaded once, updated with its exit value after
@@ -24,51 +24,30 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     several shapes, make a row kernel over [*rows, length]: its body holds the
     reductions as instructions (ROW_OPS), each value a whole row's, and may
     hold partial column sums of its elements (a "col_partial" instruction,
-    stored as each column's COLUMN_CHUNKS sums)."""
+    stored as each column's COLUMN_CHUNKS sums).
+
+    `merged`: these stages' bodies merged already (`Merged.extended`), or None."""
     rows = stages[0].rows
     row_kernel = rows is not None and (any(s.row_reduction for s in stages) or len({s.shape for s in stages}) > 1)
     shape = rows[0] + (rows[1],) if row_kernel else stages[0].shape
     total = stages[0].total is not None and any(s.column for s in stages)
     if total:  # over the rows its partial sums add up (a group of finishes alone: over their 128 runs)
         shape = next((s.shape for s in stages if s.reduce == "col_partial"), shape)
-    produced_here = {v for s in stages for v in s.outputs}
-    b = BodyBuilder()
-    # Every load first, in order of first use: all of them in flight before any math.
-    loaded: dict[str, int] = {}
-    for stage in stages:
-        for ins in stage.body.instrs:
-            if ins.op == "load" and ins.attr not in produced_here and ins.attr not in loaded:
-                loaded[ins.attr] = b.emit(ins)
     if loop is not None:  # a loop value needed after the loop is loaded even if the body never reads it
-        for loop_value, _ in loop.carried:
-            if loop_value in stored and loop_value not in loaded:
-                v = graph.value(loop_value)
-                loaded[loop_value] = b.emit(Instr("load", (), v.type, loop_value))
-    value_ids: dict[str, int] = dict(loaded)
-    for stage in stages:
-        ids: list[int] = []
-        for ins in stage.body.instrs:
-            if ins.op == "load":
-                ids.append(value_ids[ins.attr])
-            else:
-                ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
-        if stage.column:  # the body's value at each element, summed over the first axis
-            result = stage.body.instrs[stage.body.results[0]]
-            value_ids[stage.outputs[0]] = b.emit(Instr(stage.reduce, (ids[stage.body.results[0]],), result.type,
-                                                       loc=stage.loc))
-        elif stage.reduce:
-            operands = [ids[r] for r in stage.body.results]
-            value_ids[stage.outputs[0]] = _reduction(b, stage.reduce, operands, stage.body.instrs[stage.body.results[0]])
-        else:
-            for out, result in zip(stage.outputs, stage.body.results):
-                value_ids[out] = ids[result]
+        def loop_loads(loaded: dict[str, int]) -> list[Instr]:
+            return [Instr("load", (), graph.value(lv).type, lv)
+                    for lv, _ in loop.carried if lv in stored and lv not in loaded]
+        merged = Merged(stages, loop_loads)
+    elif merged is None:
+        merged = Merged(stages)
+    loaded, value_ids = merged.loaded, merged.value_ids
     if loop is None:
         stores = [(out, value_ids[out]) for stage in stages for out in stage.outputs if out in stored]
         carried = []
     else:  # a loop value's load instruction stands for its variable, which ends holding the final value
         stores = [(lv, loaded[lv]) for lv, _ in loop.carried if lv in stored]
         carried = [(loaded[lv], value_ids[ev], lv) for lv, ev in loop.carried if lv in loaded]
-    body, remap = live_only(b.build([]), [i for _, i in stores] + [ev for _, ev, _ in carried])
+    body, remap = live_only(merged.builder.build([]), [i for _, i in stores] + [ev for _, ev, _ in carried])
     stores = [(v, remap[i]) for v, i in stores]
     loaded = {v: remap[i] for v, i in loaded.items() if i in remap}
     carried = [(remap[lv], remap[ev]) for lv, ev, name in carried if name in loaded]
@@ -87,6 +66,66 @@ def build_kernel(graph: StageGraph, stages: list[Stage], stored: set[str], name:
     scalars = tuple(v for v in loaded if graph.value(v).shape is None)
     return Kernel(name, tuple(s.name for s in stages), shape, extents, body, loads, store_access, scalars,
                   carried=tuple(carried), rows=row_kernel, columns=columns, total=total)
+
+
+class Merged:
+    """Stages' bodies merged as a kernel's body, before what no store needs is
+    dropped: every load first (in order of first use: all of them in flight
+    before any math), then the stages' instructions in program order, identical
+    ones shared (all ops are pure). A stage that loads nothing new extends it
+    (`extended`) without merging the others again: the fusion pass builds a
+    group from the group one stage shorter."""
+
+    def __init__(self, stages: list[Stage], loop_loads: Callable[[dict[str, int]], list[Instr]] | None = None):
+        """`loop_loads(loaded)`: a loop kernel's loads beyond its stages' (after theirs)."""
+        self.stages = list(stages)
+        self.produced = {v for s in stages for v in s.outputs}  # a value computed in the kernel is not loaded
+        self.builder = BodyBuilder()
+        self.loaded: dict[str, int] = {}
+        for stage in stages:
+            for ins in self._new_loads(stage):
+                self.loaded[ins.attr] = self.builder.emit(ins)
+        for ins in loop_loads(self.loaded) if loop_loads else ():
+            self.loaded[ins.attr] = self.builder.emit(ins)
+        self.value_ids: dict[str, int] = dict(self.loaded)
+        for stage in stages:
+            self._add(stage)
+
+    def extended(self, stage: Stage) -> "Merged":
+        """These stages and `stage` merged (the same as merging them all afresh)."""
+        new_loads = self._new_loads(stage, self.produced | set(stage.outputs))
+        # new loads go before every instruction; a value computed by `stage` is not to be loaded
+        if new_loads or any(v in self.loaded for v in stage.outputs):
+            return Merged(self.stages + [stage])
+        new = Merged.__new__(Merged)
+        new.stages, new.produced = self.stages + [stage], self.produced | set(stage.outputs)
+        new.builder, new.loaded, new.value_ids = self.builder.copy(), self.loaded, dict(self.value_ids)
+        new._add(stage)
+        return new
+
+    def _new_loads(self, stage: Stage, produced: set[str] | None = None) -> list[Instr]:
+        produced = self.produced if produced is None else produced
+        return [ins for ins in stage.body.instrs
+                if ins.op == "load" and ins.attr not in produced and ins.attr not in self.loaded]
+
+    def _add(self, stage: Stage) -> None:
+        b, value_ids = self.builder, self.value_ids
+        ids: list[int] = []
+        for ins in stage.body.instrs:
+            if ins.op == "load":
+                ids.append(value_ids[ins.attr])
+            else:
+                ids.append(b.emit(Instr(ins.op, tuple(ids[a] for a in ins.args), ins.type, ins.attr, loc=ins.loc)))
+        if stage.column:  # the body's value at each element, summed over the first axis
+            result = stage.body.instrs[stage.body.results[0]]
+            value_ids[stage.outputs[0]] = b.emit(Instr(stage.reduce, (ids[stage.body.results[0]],), result.type,
+                                                       loc=stage.loc))
+        elif stage.reduce:
+            operands = [ids[r] for r in stage.body.results]
+            value_ids[stage.outputs[0]] = _reduction(b, stage.reduce, operands, stage.body.instrs[stage.body.results[0]])
+        else:
+            for out, result in zip(stage.outputs, stage.body.results):
+                value_ids[out] = ids[result]
 
 
 def _reduction(b: BodyBuilder, op: str, operands: list[int], value: Instr) -> int:
@@ -118,12 +157,15 @@ def live_only(body: Body, roots: list[int]) -> tuple[Body, dict[int, int]]:
     for idx in range(len(body.instrs) - 1, -1, -1):
         if idx in live:
             live.update(body.instrs[idx].args)
+    if len(live) == len(body.instrs):  # nothing dead: the body as it is
+        return body, dict(zip(range(len(live)), range(len(live))))
     remap: dict[int, int] = {}
     kept = []
     for idx, ins in enumerate(body.instrs):
         if idx in live:
             remap[idx] = len(kept)
-            kept.append(replace(ins, args=tuple(remap[a] for a in ins.args)))
+            args = tuple(remap[a] for a in ins.args)
+            kept.append(ins if args == ins.args else Instr(ins.op, args, ins.type, ins.attr, loc=ins.loc))
     return Body(tuple(kept), ()), remap
 
 

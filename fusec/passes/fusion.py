@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from fusec.ir.launch import RegisterLoop
 from fusec.ir.stages import Decision, StageGraph
-from fusec.passes.build_kernel import build_kernel
+from fusec.passes.build_kernel import Merged, build_kernel
 from fusec.passes.cost import (
     NOMINAL_ELEMENTS,
     Prediction,
@@ -43,6 +43,8 @@ FUSE_MODES = ("auto", "all", "none")
 CAPS = (32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 255)
 # A repeat count given at call time is priced as this many iterations.
 NOMINAL_COUNT = 10
+# Merged bodies a Pricer keeps to extend (Pricer._merged): the open groups of a search.
+MERGES_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,7 @@ class Pricer:
         self.ctx, self.options = ctx, options
         self.costs = target_costs(options.arch, options.fast_math)
         self.price = functools.lru_cache(maxsize=None)(self._price)
+        self._merges: dict[Group, Merged] = {}
         self.observed = observed_registers(options.observed)
         self.dims = nominal_dims((stage.shape for stage in ctx.graph.stages), options.elements)
 
@@ -209,13 +212,24 @@ class Pricer:
             kernel = build_kernel(graph, stages, needed_after(graph, loop, self.ctx.live), loop=loop)
             form, repeats = RegisterLoop(count), 1
         else:
-            kernel = build_kernel(graph, stages, set(self.ctx.stored(group)))
+            kernel = build_kernel(graph, stages, set(self.ctx.stored(group)), merged=self._merged(group))
             form, repeats = form_of(kernel), count
         variants = plan_variants(kernel, form, lambda buffer: 0, self.costs, self.observed.get(tuple(group)))
         variant = variant_for_rows(variants, nominal_row(kernel, self.dims))
         iterations = count if isinstance(form, RegisterLoop) else 1
         prediction = predict(kernel, variant, nominal_elements(kernel.shape, self.dims), self.costs, iterations)
         return variant.est_regs, prediction, prediction.us * repeats
+
+    def _merged(self, group: Group) -> Merged:
+        """The group's stages merged: from the group one stage shorter where that was
+        priced last (the search grows groups a stage at a time), kept until extended."""
+        stages = self.ctx.graph.stages
+        prefix = self._merges.pop(group[:-1], None)
+        merged = prefix.extended(stages[group[-1]]) if prefix else Merged([stages[i] for i in group])
+        self._merges[group] = merged
+        if len(self._merges) > MERGES_KEPT:
+            del self._merges[next(iter(self._merges))]
+        return merged
 
     def group_us(self, group: Group) -> float:
         return self.price(group)[2]
