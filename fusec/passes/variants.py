@@ -222,6 +222,10 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
         longest = 0
         for group, rows, prefetch in CHUNK_GROUPS if w > 1 else ():
             count = _resident_vectors(group, w, VECTOR_BYTES // w)
+            share = ""
+            if rows == 1 and group < CHUNK_ROW_THREADS:  # the same row over more warps, each thread its share
+                count, group = max(1, count * group // CHUNK_ROW_THREADS), CHUNK_ROW_THREADS
+                share = f"h{count}"
             capacity = count * group * w  # the longest row a group holds
             if count * w * kept // 4 > RESIDENT_REGS or capacity <= longest:
                 continue
@@ -238,7 +242,7 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
             registers = estimate(shape) + CHUNK_LOOP_REGS
             if registers > REGISTER_FILE // block:  # would spill: its block cannot have them all
                 continue
-            out.append(Variant(f"{name}_r{group}x{rows}{'p' if prefetch else ''}{suffix}", w,
+            out.append(Variant(f"{name}_r{group}x{rows}{'p' if prefetch else ''}{share}{suffix}", w,
                                RowGrid(rows, block, 0, chunks), registers, max_row=capacity, row_resident=count,
                                prefetch=prefetch, **vector))
         # its sums' vector of each array read, added to and written each pass, and the loop over the run of rows
@@ -254,6 +258,14 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
 # several rows in flight.
 CHUNK_GROUPS = ((8, 32, True), (16, 16, True), (32, 8, True), (64, 4, True), (128, 2, True), (256, 2, False),
                 (256, 1, True), (512, 1, True), (1024, 1, False))
+# A block of one row at a time takes at least this many threads, each holding its
+# share of the row: COLUMN_CHUNKS blocks are one a multiprocessor, so its block is
+# all the warps an SM has behind its loads. Measured on the H200 (BENCHMARKS.md,
+# the eighth session), RMSNorm's backward at 4 Ki f32: 256 threads a row, one at a
+# time, prefetched, 287 µs; 512, 223 µs (2 rows at a time of 256: 221). LayerNorm's
+# (two column sums: 2 rows at a time do not fit the tile) took 256 threads a row:
+# 274 µs, 70 % of the copy.
+CHUNK_ROW_THREADS = 512
 # The threads of the block a row that reads its row again in each pass (rows longer
 # than a group holds): all the warps a multiprocessor can have behind its loads.
 CHUNK_BLOCK = 1024
