@@ -3,6 +3,7 @@
     PYTHONPATH=. python3 benchmarks/rows_table.py [--elements 2^26] [--lengths 1024,4096,...]
         [--examples softmax,log_softmax,rmsnorm,layernorm,add_rmsnorm,cross_entropy] [--backend sim]
         [--cluster-threads 512,1024] [--cluster-elements 32] [--resident-threads 8,16,...,256] [--dtypes f32,bf16]
+        [--cluster-form resident|streaming]
 
 For each example (examples/, its first pipeline retyped to f32 and bf16) and row
 length: the result checked against the NumPy reference first (on at most 2^20
@@ -61,6 +62,9 @@ def main() -> None:
         variants.RESIDENT_THREADS = tuple(int(t) for t in option("--resident-threads", "").split(","))
     if "--cluster-elements" in sys.argv:  # the elements of its row a thread of a cluster's block holds
         variants.CLUSTER_ELEMENTS = int(option("--cluster-elements", ""))
+    if "--cluster-form" in sys.argv:  # a cluster a row, or persistent clusters streaming their rows (target.CLUSTER_FORM)
+        variants.CLUSTER_FORM = option("--cluster-form", "")
+        assert variants.CLUSTER_FORM in ("resident", "streaming"), variants.CLUSTER_FORM
     if "--separate-totals" in sys.argv:  # totals over the rows as before: partial sums, finishes, epilogue apart
         import fusec.passes.lower as lower
         lower.TOTALS = False
@@ -93,8 +97,12 @@ def main() -> None:
                 dims = dims_for(pipeline, elements, length)
                 traffic = minimum_bytes(pipeline, dims)
                 kernel = chosen(f, length)
+                name = kernel.split(" ")[0].split("+")[0]
+                variant = next((v for k in f.compiled.interface.kernels for v in k.variants if v.name == name), None)
+                if variant is not None and getattr(variant.grid, "cluster", 0):  # resident: a cluster a row
+                    kernel += " streaming" if variant.grid.persistent else " resident"
                 if backend == "cuda" and "_c" in kernel:  # a cluster kernel: registers, clusters the device runs at once
-                    facts = f._runner.backend.attributes(kernel.split(" ")[0].split("+")[0])
+                    facts = f._runner.backend.attributes(name)
                     kernel += f" ({facts['num_regs']} regs, {facts.get('clusters_at_once')} at once)"
                 if backend != "cuda":
                     print(f"| {example} | {dtype} | {length} | - | - | - | - | {kernel} |", flush=True)

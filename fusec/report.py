@@ -57,6 +57,8 @@ def _grid_name(grid) -> str:
         case RowGrid(rows_per_block, threads, cluster, chunks):
             if chunks:
                 return f"a run of rows a block of {threads}, {rows_per_block} at a time ({chunks} runs)"
+            if cluster and grid.persistent:
+                return f"clusters of {cluster} blocks of {threads} (as many as run at once), each streaming its rows"
             if cluster:
                 return f"a cluster of {cluster} blocks of {threads} per row"
             if rows_per_block > 1:

@@ -88,6 +88,23 @@ CLUSTER_ELEMENTS = 32
 # from 51 to 54 %, but clusters of 16 fell (f32 softmax at 128 Ki from 66 to
 # 50 %, RMSNorm from 79 to 67 %).
 CLUSTER_PUSH_BLOCKS = 8
+# The cluster kernels' form: "streaming", a persistent grid of as many clusters as
+# the device runs at once (cuOccupancyMaxActiveClusters), each taking every
+# clusters-th row and issuing its next row's loads (into a second set of
+# registers) before this row's reductions and cluster barriers, so that loads
+# are in flight while it reduces; "resident", a cluster a row (one burst of
+# loads, then the reductions with none in flight: 50-88 % of the copy at 64 Ki,
+# 30-74 % at 256 Ki on the H200, BENCHMARKS.md's seventh session). Each row's
+# order of reduction is the same in both (the same bits). Streaming is the
+# choice for the rows clusters take (32 Ki and longer) pending its measurement
+# (benchmarks/rows_table.py --cluster-form resident|streaming); a streaming
+# cluster whose two row sets would not fit its block's registers stays resident.
+CLUSTER_FORM = "streaming"
+# A streaming cluster kernel's blocks keep at least this many threads an SM
+# (__launch_bounds__: 2 blocks of 256, 128 registers a thread); a kernel estimated
+# beyond that, or of blocks this large (ptxas spilled bf16 softmax's c16_r512 at
+# 128 registers), stays resident.
+CLUSTER_STREAM_THREADS = 512
 CLUSTER_ARCH = 90  # the first architecture with clusters
 
 # The register budget a fused kernel may not exceed is a number of 32-bit

@@ -44,7 +44,7 @@ from fusec.ir.launch import (
     unhandled,
 )
 from fusec.ir.program import fmt_shape
-from fusec.target import BLOCK_SIZE, CLUSTER_PUSH_BLOCKS
+from fusec.target import BLOCK_SIZE, CLUSTER_PUSH_BLOCKS, CLUSTER_STREAM_THREADS
 from fusec.types import F64
 
 
@@ -345,6 +345,8 @@ class _KernelEmitter:
                          for a in k.loads if not a.present[-1]}
         element_loads = {a.value: f"{self.buffers[a.buffer]}[{self.index(a)}]" for a in k.loads if a.present[-1]}
         cached = schedule.cached_loads(k) if variant.row_cache or resident else []
+        if rank and variant.grid.persistent:  # a streaming cluster holds every array of whole rows, loaded ahead
+            cached += [a for a in k.loads if a.contiguous and all(a.present) and a not in cached]
         scope = list(coordinates)
         caches, offset = {}, []
         ahead: dict[str, str] = {}  # a prefetched array's next vectors
@@ -352,7 +354,8 @@ class _KernelEmitter:
             if resident:  # the thread's vectors of the row, in registers
                 caches[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_reg")
                 declared = f"fz_vec<{a.type.c}, {width}> {caches[a.value]}[{resident}]"
-                if variant.prefetch:  # loaded while the rows before were computed
+                # loaded while the rows before were computed (a streaming cluster: the arrays of whole rows)
+                if variant.prefetch and (chunks or all(a.present)):
                     ahead[a.value] = namer.fresh(f"{self.buffers[a.buffer]}_next")
                     declared += f" = {{{', '.join(f'{ahead[a.value]}[{r}]' for r in range(resident))}}}"
                 scope.append(declared + ";")
@@ -518,19 +521,28 @@ class _KernelEmitter:
         loop = _RowLoop(row, col, first, element, slot, thread, live, length, resident, width, at_once, block,
                         threads)
         chunked = self._column_sums(sums, final, loop, namer) if chunks else {}
-        if ahead:  # the run's first row's vectors before the loop, each next row's at its top
+        if ahead and chunks:  # the run's first row's vectors before the loop, each next row's at its top
             loaded = [a for a in cached if a.value in ahead]
             chunked["head"] += [f"fz_vec<{a.type.c}, {width}> {ahead[a.value]}[{resident}];" for a in loaded]
             first_row, start, end = chunked["first_row"], chunked["start"], chunked["end"]
             chunked["head"] += self._prefetch(loaded, ahead, first_row, start, end, loop, namer)
             scope += self._prefetch(loaded, ahead, f"{row} + {at_once}", start, end, loop, namer)
+        rows = " * ".join(self.extents[j] for j in range(last)) or "1"
+        stream = {}
+        if rank and variant.grid.persistent:  # a persistent grid of clusters, each taking every clusters-th row
+            index, clusters, it, parity = (namer.fresh(n) for n in ("cl", "clusters", "it", "parity"))
+            loaded = [a for a in cached if a.value in ahead]
+            stream = {"index": index, "clusters": clusters, "it": it, "parity": parity,
+                      "head": [f"fz_vec<{a.type.c}, {width}> {ahead[a.value]}[{resident}];" for a in loaded]
+                      + self._stream_loads(loaded, ahead, index, rows, loop, namer)}
+            # the next row's vectors, issued before this row's reductions and barriers
+            scope += self._stream_loads(loaded, ahead, f"{row} + {clusters}", rows, loop, namer)
         if width > 1:
             self.helpers.add("vec")
         if rank:
             self.helpers.add("clusters")
         row_stores = [f"{self.buffers[a.buffer]}[{row}] = {self._stored(a.type, at, refs)};"
                       for a, at in k.stores if not a.present[-1] and (a, at) not in sums]
-        rows = " * ".join(self.extents[j] for j in range(last)) or "1"
         self.position = element_position
         # A row held in registers reads its place along the row; the others keep the
         # division (ptxas unrolls their loops further without it: 42 -> 54 registers
@@ -541,12 +553,14 @@ class _KernelEmitter:
                 "cluster": cluster if rank else 0, "rank": rank, "block": block,
                 "push": bool(rank) and cluster <= CLUSTER_PUSH_BLOCKS,
                 # a block larger than any function can launch: ptxas to fit its registers to it
-                "bounds": block if not warp and block > BLOCK_SIZE else 0,
+                "bounds": block if not warp and (block > BLOCK_SIZE or stream) else 0,
+                # a streaming cluster's: its blocks an SM (its two sets of registers within their share)
+                "min_blocks": max(1, CLUSTER_STREAM_THREADS // block) if stream else 1,
                 "partials": [] if warp else [(t, name) for t, name in partials.items()],
                 "cluster_slots": slots, "passes": passes, "grouped": grouped,
                 "final": final, "row_stores": row_stores, "warp": warp, "lane": lane, "rows": rows, "live": live,
                 "rows_per_block": variant.grid.rows_per_block, "max_row": variant.max_row,
-                "vector": width, "first": first, "element": element, "chunked": chunked}
+                "vector": width, "first": first, "element": element, "chunked": chunked, "stream": stream}
 
     def _column_sums(self, sums, final: dict, loop: _RowLoop, namer: Namer) -> dict:
         """A row kernel's column sums (RowBlock.chunks): its block takes a run of
@@ -646,6 +660,21 @@ class _KernelEmitter:
                  f"        if ({first} < {length}) {{"]
         lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
                   f"{self.buffers[a.buffer]} + {taken} * {length} + {first});" for a in loaded]
+        return lines + ["        }", "    }", "}"]
+
+    def _stream_loads(self, loaded, ahead: dict, row: str, rows: str, loop: _RowLoop, namer: Namer) -> list[str]:
+        """Lines loading row `row`'s vectors of the arrays `loaded` (whole rows) into
+        their `ahead` registers, where that row exists (a streaming cluster's next row)."""
+        slot, first, at = namer.fresh("r"), namer.fresh("c"), namer.fresh("at")
+        resident, threads, thread, width, length = loop.resident, loop.threads, loop.thread, loop.width, loop.length
+        # the thread's first vector's place in the row once, each next vector a constant further
+        lines = [f"if ({row} < {rows}) {{",
+                 f"    const long long {at} = ({row}) * {length} + (long long){thread} * {width};",
+                 "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
+                 f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
+                 f"        if ({first} < {length}) {{"]
+        lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
+                  f"{self.buffers[a.buffer]} + {at} + {slot} * {threads * width});" for a in loaded]
         return lines + ["        }", "    }", "}"]
 
     def _total_variant(self, chunks: int) -> dict:

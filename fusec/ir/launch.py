@@ -129,12 +129,15 @@ class RowGrid:
     otherwise, a warp per row): ceil(rows / rows_per_block) blocks, the rows
     the product of the collapsed extents but the last; blocks of `threads`.
     With `cluster`, a cluster of that many blocks a row: rows * cluster blocks.
-    With `chunks` (RowBlock's): that many blocks, each a run of rows in turn."""
+    With `chunks` (RowBlock's): that many blocks, each a run of rows in turn.
+    With `cluster` and `persistent`: as many clusters as the device runs at once
+    (at most one a row), each taking every clusters-th row in turn."""
 
     rows_per_block: int = 1
     threads: int = 0  # threads a block (0: target.BLOCK_SIZE)
     cluster: int = 0  # blocks a row, one thread-block cluster (0: none; rows_per_block is then 1)
     chunks: int = 0   # blocks in all, each taking a run of rows (0: as rows_per_block says)
+    persistent: bool = False  # with cluster: the clusters the device runs at once, each streaming rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +168,9 @@ class Variant:
     row_resident: a row kernel that holds its row in registers: the vectors of
     `elements_per_thread` each thread keeps (its rows at most that many vectors
     of every thread of the row: a warp's, its RowGrid's block, or its cluster's blocks).
-    prefetch: a resident row kernel taking a run of rows (RowGrid.chunks): each
-    row's kept vectors are loaded while the rows before it are computed.
+    prefetch: a resident row kernel taking a run of rows (RowGrid.chunks), or a
+    streaming cluster's rows (RowGrid.persistent): each row's kept vectors are
+    loaded while the rows before it are computed.
     """
 
     name: str

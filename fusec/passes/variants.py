@@ -32,6 +32,8 @@ from fusec.target import (
     CLUSTER_ARCH,
     CLUSTER_BLOCKS,
     CLUSTER_ELEMENTS,
+    CLUSTER_FORM,
+    CLUSTER_STREAM_THREADS,
     CLUSTER_THREADS,
     DEFAULT_ARCH,
     RESIDENT_BLOCK_BYTES,
@@ -152,6 +154,10 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     # bytes of registers an element of the row takes held: narrower types are kept
     # converted to 32 bits (ptxas holds the f32 of a bf16 that later passes read)
     kept = sum(max(a.type.itemsize, 4) for a in cached)
+    narrow = any(a.type.itemsize < 4 for a in cached)  # a row kept converted to 32 bits
+    kept_between = any(held_values(kernel.body.instrs, row_schedule(kernel))[1])  # values kept between passes
+    # a streaming cluster loads its arrays of whole rows ahead (those read once too, as cross-entropy's logits)
+    streamed = sum(max(a.type.itemsize, 4) for a in kernel.loads if a.contiguous and all(a.present))
     out = []
     for w in dict.fromkeys((width, 1)):
         def regs(warp: bool, resident: int = 0) -> int:
@@ -179,9 +185,18 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 # ptxas then keeps about 8 more (measured on the examples)
                 roomy = RESIDENT_ROOMY_REGS if threads == 512 else 0
                 cluster = f"_c{blocks}" if blocks > 1 else ""
-                out.append(Variant(f"{name}{cluster}_r{threads}{suffix}", w, grid,
-                                   regs(warp, round(count * w * peak) + roomy),
-                                   max_row=longest, row_resident=count, **vector))
+                registers = regs(warp, round(count * w * peak) + roomy)
+                # streaming (target.CLUSTER_FORM): the next row's kept vectors beside this one's,
+                # where its block can still have them all; not a narrow row beside values kept
+                # between passes (ptxas holds its converted copy too: bf16 softmax's c4_r256
+                # spilled 72 bytes at 128 registers, estimated 89)
+                ahead = count * w * streamed // 4 + CLUSTER_LOOP_REGS
+                streaming = blocks > 1 and CLUSTER_FORM == "streaming" and streamed and \
+                    _cluster_streams(threads, registers + ahead, narrow and kept_between)
+                if streaming:
+                    grid, registers = replace(grid, persistent=True), registers + ahead
+                out.append(Variant(f"{name}{cluster}_r{threads}{suffix}", w, grid, registers,
+                                   max_row=longest, row_resident=count, prefetch=streaming, **vector))
         # Rows held in registers up to `longest` elements: a variant with the same needs
         # (whole vectors, aligned) that takes no longer rows would never run.
         held_up_to = longest if "resident" in ROW_STRATEGIES and w > 1 else 0
@@ -250,6 +265,20 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
         out.append(Variant(f"{name}{suffix}", w, RowGrid(1, CHUNK_BLOCK, 0, chunks), observed.get(w) or registers,
                            **vector))
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row or 0, v.elements_per_thread == 1)))
+
+
+# A streaming cluster kernel's registers beyond the resident one's and its next
+# row's vectors: the loop over its rows (as CHUNK_LOOP_REGS).
+CLUSTER_LOOP_REGS = 8
+
+
+def _cluster_streams(threads: int, registers: int, narrow_kept: bool) -> bool:
+    """Whether a cluster kernel of blocks of `threads`, estimated at `registers`
+    with its next row's vectors, streams its rows: within the registers of
+    target.CLUSTER_STREAM_THREADS a multiprocessor, its blocks smaller, and not a
+    row of a narrow type beside values kept between passes (`narrow_kept`)."""
+    return threads < CLUSTER_STREAM_THREADS and not narrow_kept and \
+        registers <= REGISTER_FILE // CLUSTER_STREAM_THREADS
 
 
 # A row kernel with column sums: (threads a row, rows at a time, whether the next

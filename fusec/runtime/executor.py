@@ -56,7 +56,8 @@ class Backend(Protocol):
         """Threads per block this function launches with (as many as its registers allow)."""
 
     def fill_blocks(self, variant: str, block: int) -> int:
-        """Blocks that fill every SM at this function's occupancy (a device-filling grid)."""
+        """Blocks that fill every SM at this function's occupancy (a device-filling grid);
+        for a cluster variant, the clusters the device runs at once."""
 
     def packer(self, param: KernelParam) -> Callable[[object], object] | None:
         """How a value becomes this parameter's launch argument (None: passed as it is)."""
@@ -406,6 +407,8 @@ class Executor:
         match variant.grid:
             case RowGrid(chunks=chunks) if chunks:  # a block a run of rows (empty runs store zero sums)
                 return chunks
+            case RowGrid(_, _, cluster, persistent=True):  # the clusters at once, each streaming its rows
+                return min(math.prod(extents[:-1]), self.backend.fill_blocks(variant.name, block)) * cluster
             case RowGrid(rows_per_block, _, cluster):
                 return -(-math.prod(extents[:-1]) // rows_per_block) * max(cluster, 1)
             case ColumnGrid(total=True):  # one block, a thread a run of rows

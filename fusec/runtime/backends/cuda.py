@@ -371,7 +371,9 @@ class CudaBackend:
     def fill_blocks(self, variant: str, block: int) -> int:
         blocks = self._fill.get(variant)
         if blocks is None:
-            blocks = self._fill[variant] = self._device_filling_blocks(self.functions[variant][0], block)
+            function, cluster = self.functions[variant][0], self._clusters[variant]
+            blocks = self._fill[variant] = max(1, self._active_clusters(function, block, cluster)) if cluster > 1 \
+                else self._device_filling_blocks(function, block)
         return blocks
 
     def _device_filling_blocks(self, function, block: int) -> int:

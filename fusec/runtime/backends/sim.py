@@ -23,7 +23,8 @@ from fusec.runtime.packing import ArgumentBuffer
 from fusec.target import BLOCK_SIZE
 
 SHIM = Path(__file__).with_name("fusec_sim.h")
-# The sim's "persistent" grid: small, so that every thread strides over several elements.
+# The sim's "persistent" grid: small, so that every thread strides over several elements
+# (a streaming cluster kernel: this many clusters, each taking several rows).
 PERSISTENT_SIM_BLOCKS = 2
 # -fwrapv: signed overflow wraps, as on the GPU; -ffp-contract=off: no FMA
 # contraction, so f32 arithmetic rounds after each operation, as NumPy does.
