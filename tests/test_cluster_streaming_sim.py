@@ -99,13 +99,15 @@ def test_streaming_clusters_give_the_resident_clusters_bits(path, monkeypatch):
 def test_streaming_clusters_that_push_and_pull_reuse_their_slots_a_row_apart(blocks, monkeypatch):
     """Clusters of 4 (each block writes its values into the others' shared memory)
     and of 16 (each reads the others'), 2 at once over 5 rows: each takes 2 or 3
-    rows, its combines' slots alternating between rows; the resident kernel's bits."""
-    path = next(p for p in ROW_EXAMPLES if p.stem == "softmax")
+    rows; RMSNorm's one combine a row, its slots alternating between rows (with
+    two, the other's barrier keeps a block from writing a row's value before the
+    others have read the last row's); the resident kernel's bits."""
+    path = next(p for p in ROW_EXAMPLES if p.stem == "rmsnorm")
     length = 64 * 4 * 8 * blocks // 2  # half the cluster's capacity (f32)
     streaming = outputs(path, "streaming", 5, 2, monkeypatch, (blocks,), length)
     resident = outputs(path, "resident", 5, 2, monkeypatch, (blocks,), length)
-    got, variant, persistent, _ = streaming["softmax"]
-    same, other, _, _ = resident["softmax"]
-    assert variant == other == f"softmax_k0_c{blocks}_r64_v4" and persistent
+    got, variant, persistent, _ = streaming["rmsnorm"]
+    same, other, _, _ = resident["rmsnorm"]
+    assert variant == other == f"rmsnorm_k0_c{blocks}_r64_v4" and persistent
     for g, s in zip(got, same):
         np.testing.assert_array_equal(g.view(np.uint8), s.view(np.uint8))
