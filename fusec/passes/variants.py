@@ -155,7 +155,8 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     # converted to 32 bits (ptxas holds the f32 of a bf16 that later passes read)
     kept = sum(max(a.type.itemsize, 4) for a in cached)
     narrow = any(a.type.itemsize < 4 for a in cached)  # a row kept converted to 32 bits
-    kept_between = any(held_values(kernel.body.instrs, row_schedule(kernel))[1])  # values kept between passes
+    # values kept between passes (a narrow row's conversion to 32 bits among them)
+    kept_between = sum(len(kept_here) for kept_here in held_values(kernel.body.instrs, row_schedule(kernel))[1])
     # a streaming cluster loads its arrays of whole rows ahead (those read once too, as cross-entropy's logits)
     streamed = sum(max(a.type.itemsize, 4) for a in kernel.loads if a.contiguous and all(a.present))
     out = []
@@ -187,12 +188,13 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 cluster = f"_c{blocks}" if blocks > 1 else ""
                 registers = regs(warp, round(count * w * peak) + roomy)
                 # streaming (target.CLUSTER_FORM): the next row's kept vectors beside this one's,
-                # where its block can still have them all; not a narrow row beside values kept
-                # between passes (ptxas holds its converted copy too: bf16 softmax's c4_r256
-                # spilled 72 bytes at 128 registers, estimated 89)
+                # where its block can still have them all; not a narrow row converted and kept
+                # beside another value kept between passes (ptxas, sm_90: bf16 softmax's c4_r256,
+                # x and exp(x - m) kept, spilled 72 bytes at 128 registers, estimated 89;
+                # bf16 log-softmax's, x alone, took 101)
                 ahead = count * w * streamed // 4 + CLUSTER_LOOP_REGS
                 streaming = blocks > 1 and CLUSTER_FORM == "streaming" and streamed and \
-                    _cluster_streams(threads, registers + ahead, narrow and kept_between)
+                    _cluster_streams(threads, registers + ahead, narrow and kept_between > 1)
                 if streaming:
                     grid, registers = replace(grid, persistent=True), registers + ahead
                 out.append(Variant(f"{name}{cluster}_r{threads}{suffix}", w, grid, registers,
