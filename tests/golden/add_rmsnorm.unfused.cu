@@ -1201,7 +1201,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_h(
     h[i] = __float2bfloat16_rn(v2);
 }
 
-// add_rmsnorm_bf16_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
+// add_rmsnorm_bf16_k0_h_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 21 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_h_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1849,7 +1849,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k2_y(
     y[i] = __float2bfloat16_rn(v8);
 }
 
-// add_rmsnorm_bf16_k2_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 21 registers.
+// add_rmsnorm_bf16_k2_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 23 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k2_y_v8(
     const __nv_bfloat16* __restrict__ h,
     const float* __restrict__ row_mean_0,

@@ -3600,7 +3600,7 @@ extern "C" __global__ void layernorm_bf16_k3_y(
     y[i] = __float2bfloat16_rn(v11);
 }
 
-// layernorm_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 26 registers.
+// layernorm_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 28 registers.
 extern "C" __global__ void layernorm_bf16_k3_y_v8(
     const __nv_bfloat16* __restrict__ x,
     const float* __restrict__ mean,

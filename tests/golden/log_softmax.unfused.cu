@@ -2038,7 +2038,7 @@ extern "C" __global__ void log_softmax_bf16_k1_y(
     y[i] = __float2bfloat16_rn(v3);
 }
 
-// log_softmax_bf16_k1_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 17 registers.
+// log_softmax_bf16_k1_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 19 registers.
 extern "C" __global__ void log_softmax_bf16_k1_y_v8(
     const __nv_bfloat16* __restrict__ x,
     const float* __restrict__ row_logsumexp_0,

@@ -1751,7 +1751,7 @@ extern "C" __global__ void rmsnorm_bf16_k1_y(
     y[i] = __float2bfloat16_rn(v8);
 }
 
-// rmsnorm_bf16_k1_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 21 registers.
+// rmsnorm_bf16_k1_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 23 registers.
 extern "C" __global__ void rmsnorm_bf16_k1_y_v8(
     const __nv_bfloat16* __restrict__ x,
     const float* __restrict__ row_mean_0,

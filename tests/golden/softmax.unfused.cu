@@ -2864,7 +2864,7 @@ extern "C" __global__ void softmax_bf16_k3_y(
     y[i] = __float2bfloat16_rn(v2);
 }
 
-// softmax_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 27 registers.
+// softmax_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 29 registers.
 extern "C" __global__ void softmax_bf16_k3_y_v8(
     const float* __restrict__ e,
     const float* __restrict__ row_sum_0,
