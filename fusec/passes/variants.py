@@ -157,8 +157,19 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     narrow = any(a.type.itemsize < 4 for a in cached)  # a row kept converted to 32 bits
     # values kept between passes (a narrow row's conversion to 32 bits among them)
     kept_between = sum(len(kept_here) for kept_here in held_values(kernel.body.instrs, row_schedule(kernel))[1])
-    # a streaming cluster loads its arrays of whole rows ahead (those read once too, as cross-entropy's logits)
-    streamed = sum(max(a.type.itemsize, 4) for a in kernel.loads if a.contiguous and all(a.present))
+    # A streaming cluster loads its array of whole rows ahead (one read once too, as cross-entropy's
+    # logits), its next row's vectors as they are in memory (bf16 packed; whether they fit is judged
+    # with them at 32 bits an element, the margin ptxas needs); an
+    # exponential's or logarithm's passes take a 32-bit copy of the row besides (ptxas, sm_90, the
+    # examples' streaming functions against their resident ones: softmax, log-softmax and
+    # cross-entropy f32 +67 to +70, bf16 +38 to +45; RMSNorm f32 +50, bf16 +23). One such array, and
+    # at most one array along the row broadcast over the rows (ptxas issues their loads together:
+    # add-RMSNorm's x and residual in bf16 spilled 96 bytes estimated at 89; LayerNorm's
+    # normalisation, x with w and b, 8 bytes estimated within 20 % of 128).
+    rows_read = [a for a in kernel.loads if a.contiguous and all(a.present)]
+    columns = sum(1 for a in kernel.loads if a.present[-1] and not all(a.present))
+    packed, widened = sum(a.type.itemsize for a in rows_read), sum(max(a.type.itemsize, 4) for a in rows_read)
+    transcendental = any(ins.op in ("exp", "log", "row_lse") for ins in kernel.body.instrs)
     out = []
     for w in dict.fromkeys((width, 1)):
         def regs(warp: bool, resident: int = 0) -> int:
@@ -192,9 +203,11 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 # beside another value kept between passes (ptxas, sm_90: bf16 softmax's c4_r256,
                 # x and exp(x - m) kept, spilled 72 bytes at 128 registers, estimated 89;
                 # bf16 log-softmax's, x alone, took 101)
-                ahead = count * w * streamed // 4 + CLUSTER_LOOP_REGS
-                streaming = blocks > 1 and CLUSTER_FORM == "streaming" and streamed and \
-                    _cluster_streams(threads, registers + ahead, narrow and kept_between > 1)
+                extra = CLUSTER_LOOP_REGS + (count * w if transcendental else 0)
+                ahead = count * w * packed // 4 + extra
+                streaming = blocks > 1 and CLUSTER_FORM == "streaming" and bool(rows_read) and \
+                    _cluster_streams(threads, registers + count * w * widened // 4 + extra,
+                                     narrow and kept_between > 1, len(rows_read), columns)
                 if streaming:
                     grid, registers = replace(grid, persistent=True), registers + ahead
                 out.append(Variant(f"{name}{cluster}_r{threads}{suffix}", w, grid, registers,
@@ -270,16 +283,19 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
 
 
 # A streaming cluster kernel's registers beyond the resident one's and its next
-# row's vectors: the loop over its rows (as CHUNK_LOOP_REGS).
-CLUSTER_LOOP_REGS = 8
+# row's vectors: the loop over its rows and the next row's addresses (ptxas, sm_90,
+# the examples' streaming functions: within 10 % over, bf16 LayerNorm's statistics
+# under max_regs 64 24 % under).
+CLUSTER_LOOP_REGS = 12
 
 
-def _cluster_streams(threads: int, registers: int, narrow_kept: bool) -> bool:
+def _cluster_streams(threads: int, registers: int, narrow_kept: bool, rows_read: int, columns: int) -> bool:
     """Whether a cluster kernel of blocks of `threads`, estimated at `registers`
     with its next row's vectors, streams its rows: within the registers of
-    target.CLUSTER_STREAM_THREADS a multiprocessor, its blocks smaller, and not a
-    row of a narrow type beside values kept between passes (`narrow_kept`)."""
-    return threads < CLUSTER_STREAM_THREADS and not narrow_kept and \
+    target.CLUSTER_STREAM_THREADS a multiprocessor, its blocks smaller, not a row
+    of a narrow type beside values kept between passes (`narrow_kept`), one array
+    of whole rows read and at most one broadcast over the rows (`columns`)."""
+    return threads < CLUSTER_STREAM_THREADS and not narrow_kept and rows_read == 1 and columns <= 1 and \
         registers <= REGISTER_FILE // CLUSTER_STREAM_THREADS
 
 

@@ -614,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) add_rmsnorm_k1_row_mean_r1
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// add_rmsnorm_k1_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_k1_row_mean_c4_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -682,7 +682,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_k1_row_mean_c4_
         }
     }
 }
-// add_rmsnorm_k1_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// add_rmsnorm_k1_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_k1_row_mean_c8_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -750,7 +750,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_k1_row_mean_c8_
         }
     }
 }
-// add_rmsnorm_k1_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// add_rmsnorm_k1_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_k1_row_mean_c16_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1542,7 +1542,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mea
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 64 registers.
+// add_rmsnorm_bf16_k1_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_bf16_k1_row_mean_c4_r256_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1611,7 +1611,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_bf16_k1_row_mea
         }
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 64 registers.
+// add_rmsnorm_bf16_k1_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_bf16_k1_row_mean_c8_r256_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1680,7 +1680,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_bf16_k1_row_mea
         }
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 64 registers.
+// add_rmsnorm_bf16_k1_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) add_rmsnorm_bf16_k1_row_mean_c16_r256_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,

@@ -726,7 +726,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k1_row_logsu
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// cross_entropy_k1_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k1_row_logsumexp_c4_r256_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -808,7 +808,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k1_row_logsum
         }
     }
 }
-// cross_entropy_k1_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// cross_entropy_k1_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k1_row_logsumexp_c8_r256_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -890,7 +890,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k1_row_logsum
         }
     }
 }
-// cross_entropy_k1_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// cross_entropy_k1_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k1_row_logsumexp_c16_r256_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1371,7 +1371,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 73 registers.
+// cross_entropy_k2_row_pick_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k2_row_pick_c4_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1436,7 +1436,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k2_row_pick_c
         }
     }
 }
-// cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 73 registers.
+// cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k2_row_pick_c8_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1501,7 +1501,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k2_row_pick_c
         }
     }
 }
-// cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 73 registers.
+// cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k2_row_pick_c16_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2529,7 +2529,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k1_row_l
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k1_row_logsumexp_c4_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -2612,7 +2612,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k1_row_l
         }
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k1_row_logsumexp_c8_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -2695,7 +2695,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k1_row_l
         }
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k1_row_logsumexp_c16_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -3156,7 +3156,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 65 registers.
+// cross_entropy_bf16_k2_row_pick_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 53 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k2_row_pick_c4_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -3222,7 +3222,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k2_row_p
         }
     }
 }
-// cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 65 registers.
+// cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 53 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k2_row_pick_c8_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -3288,7 +3288,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k2_row_p
         }
     }
 }
-// cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 65 registers.
+// cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 53 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k2_row_pick_c16_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

@@ -555,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r102
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// layernorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -622,7 +622,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c4_r2
         }
     }
 }
-// layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -689,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c8_r2
         }
     }
 }
-// layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -1359,7 +1359,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// layernorm_k1_row_var_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 93 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1445,7 +1445,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c4_r25
         }
     }
 }
-// layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 93 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1531,7 +1531,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c8_r25
         }
     }
 }
-// layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 93 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2372,7 +2372,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 64 registers.
+// layernorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -2440,7 +2440,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_
         }
     }
 }
-// layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 64 registers.
+// layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -2508,7 +2508,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_
         }
     }
 }
-// layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 64 registers.
+// layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -3149,7 +3149,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// layernorm_bf16_k1_row_var_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -3237,7 +3237,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c
         }
     }
 }
-// layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -3325,7 +3325,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c
         }
     }
 }
-// layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 77 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,

@@ -810,7 +810,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_r1024_v4(
       }
     }
 }
-// log_softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// log_softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -905,7 +905,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_c4_r256_v4(
         }
     }
 }
-// log_softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// log_softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -1000,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_c8_r256_v4(
         }
     }
 }
-// log_softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// log_softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -1972,7 +1972,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_r512_v8
       }
     }
 }
-// log_softmax_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// log_softmax_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -2069,7 +2069,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_c4_r256
         }
     }
 }
-// log_softmax_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// log_softmax_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -2166,7 +2166,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_c8_r256
         }
     }
 }
-// log_softmax_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// log_softmax_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,

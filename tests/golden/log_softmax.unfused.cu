@@ -673,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) log_softmax_k0_row_logsume
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// log_softmax_k0_row_logsumexp_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_row_logsumexp_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -755,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_row_logsumex
         }
     }
 }
-// log_softmax_k0_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// log_softmax_k0_row_logsumexp_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_row_logsumexp_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -837,7 +837,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_row_logsumex
         }
     }
 }
-// log_softmax_k0_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// log_softmax_k0_row_logsumexp_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_k0_row_logsumexp_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1685,7 +1685,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) log_softmax_bf16_k0_row_log
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// log_softmax_bf16_k0_row_logsumexp_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_row_logsumexp_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1768,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_row_log
         }
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// log_softmax_bf16_k0_row_logsumexp_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_row_logsumexp_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1851,7 +1851,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_row_log
         }
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// log_softmax_bf16_k0_row_logsumexp_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 109 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) log_softmax_bf16_k0_row_logsumexp_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,

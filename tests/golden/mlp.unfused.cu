@@ -946,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) bias_residual_rmsnorm_k1_r
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k1_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) bias_residual_rmsnorm_k1_row_mean_c4_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1014,7 +1014,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) bias_residual_rmsnorm_k1_ro
         }
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k1_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) bias_residual_rmsnorm_k1_row_mean_c8_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1082,7 +1082,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) bias_residual_rmsnorm_k1_ro
         }
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// bias_residual_rmsnorm_k1_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) bias_residual_rmsnorm_k1_row_mean_c16_r256_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,

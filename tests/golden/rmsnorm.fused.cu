@@ -835,7 +835,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_r1024_v4(
       }
     }
 }
-// rmsnorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 104 registers.
+// rmsnorm_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 108 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_c4_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -927,7 +927,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_c4_r256_v4(
         }
     }
 }
-// rmsnorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 104 registers.
+// rmsnorm_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 108 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_c8_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -1019,7 +1019,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_c8_r256_v4(
         }
     }
 }
-// rmsnorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 104 registers.
+// rmsnorm_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 108 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_c16_r256_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -2036,7 +2036,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_r512_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 88 registers.
+// rmsnorm_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2131,7 +2131,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_c4_r256_v8(
         }
     }
 }
-// rmsnorm_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 88 registers.
+// rmsnorm_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2226,7 +2226,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_c8_r256_v8(
         }
     }
 }
-// rmsnorm_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 88 registers.
+// rmsnorm_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,

@@ -565,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) rmsnorm_k0_row_mean_r1024_
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// rmsnorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_row_mean_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -633,7 +633,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_row_mean_c4_r256
         }
     }
 }
-// rmsnorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// rmsnorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_row_mean_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -701,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_row_mean_c8_r256
         }
     }
 }
-// rmsnorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// rmsnorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_k0_row_mean_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1444,7 +1444,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_row_mean_r5
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 64 registers.
+// rmsnorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_row_mean_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1513,7 +1513,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_row_mean_c4
         }
     }
 }
-// rmsnorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 64 registers.
+// rmsnorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_row_mean_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1582,7 +1582,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_row_mean_c8
         }
     }
 }
-// rmsnorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 64 registers.
+// rmsnorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) rmsnorm_bf16_k0_row_mean_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,

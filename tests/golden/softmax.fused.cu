@@ -851,7 +851,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
       }
     }
 }
-// softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 89 registers.
+// softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -948,7 +948,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c4_r256_v4(
         }
     }
 }
-// softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 89 registers.
+// softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -1045,7 +1045,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c8_r256_v4(
         }
     }
 }
-// softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 89 registers.
+// softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 125 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,

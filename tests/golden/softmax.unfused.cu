@@ -535,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// softmax_k0_row_max_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -600,7 +600,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c4_r256_
         }
     }
 }
-// softmax_k0_row_max_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// softmax_k0_row_max_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -665,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c8_r256_
         }
     }
 }
-// softmax_k0_row_max_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// softmax_k0_row_max_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -1146,7 +1146,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// softmax_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c4_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1211,7 +1211,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c4_r256_
         }
     }
 }
-// softmax_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// softmax_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c8_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1276,7 +1276,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c8_r256_
         }
     }
 }
-// softmax_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// softmax_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c16_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1968,7 +1968,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 64 registers.
+// softmax_bf16_k0_row_max_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -2034,7 +2034,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c4_
         }
     }
 }
-// softmax_bf16_k0_row_max_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 64 registers.
+// softmax_bf16_k0_row_max_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -2100,7 +2100,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c8_
         }
     }
 }
-// softmax_bf16_k0_row_max_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 64 registers.
+// softmax_bf16_k0_row_max_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -2586,7 +2586,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 72 registers.
+// softmax_bf16_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c4_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -2651,7 +2651,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c4_
         }
     }
 }
-// softmax_bf16_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 72 registers.
+// softmax_bf16_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c8_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -2716,7 +2716,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c8_
         }
     }
 }
-// softmax_bf16_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 72 registers.
+// softmax_bf16_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
 extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c16_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
