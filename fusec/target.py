@@ -95,11 +95,13 @@ CLUSTER_PUSH_BLOCKS = 8
 # are in flight while it reduces; "resident", a cluster a row (one burst of
 # loads, then the reductions with none in flight: 50-88 % of the copy at 64 Ki,
 # 30-74 % at 256 Ki on the H200, BENCHMARKS.md's seventh session). Each row's
-# order of reduction is the same in both (the same bits). Streaming is the
-# choice for the rows clusters take (32 Ki and longer) pending its measurement
-# (benchmarks/rows_table.py --cluster-form resident|streaming); a streaming
-# cluster whose two row sets would not fit its block's registers stays resident.
-CLUSTER_FORM = "streaming"
+# order of reduction is the same in both (the same bits). Measured on the H200
+# (benchmarks/rows_table.py --cluster-form resident|streaming, 2^26 elements,
+# 32-128 Ki rows, BENCHMARKS.md's tenth session): streaming was slower everywhere
+# it applied (its 104-124 registers halve the clusters at once: f32 softmax 62-73 %
+# of the copy against 75-88 %, f32 RMSNorm 75-85 against 81-89, bf16 cross-entropy
+# 19-21 against 35-40), so clusters hold one row each.
+CLUSTER_FORM = "resident"
 # A streaming cluster kernel's blocks keep at least this many threads an SM
 # (__launch_bounds__: 2 blocks of 256, 128 registers a thread); a kernel estimated
 # beyond that, or of blocks this large (ptxas spilled bf16 softmax's c16_r512 at

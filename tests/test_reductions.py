@@ -208,8 +208,7 @@ def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
     # x (read in three passes) held in registers, 16 elements a thread as 16-byte vectors
     # (four f32): rows of up to 128 and 256 elements 8 and 16 lanes each, 512 a warp each, then
     # a block of 64 ... 1,024 threads up to 16 elements each, then a cluster of 4 to 16 blocks
-    # of 256 (or 16 of 512) threads up to 32 elements each (those of 256 persistent clusters
-    # streaming their rows, the next row's vectors loaded ahead); else (an odd length, an
+    # of 256 (or 16 of 512) threads up to 32 elements each; else (an odd length, an
     # unaligned array) rows of up to 4 KiB a warp each, longer ones a block each, where x is
     # kept in shared memory where it fits, 4 bytes an element; longer rows of whole vectors a
     # block each reading them again (a vector warp or shared-memory kernel would never run:
@@ -220,9 +219,9 @@ def test_softmax_is_one_row_kernel_reading_x_and_writing_y_only():
         ("p_k0_r32_v4", RowGrid(8), 0, 512, 4, 4), ("p_k0_r64_v4", RowGrid(1, 64), 0, 1024, 4, 4),
         ("p_k0_r128_v4", RowGrid(1, 128), 0, 2048, 4, 4), ("p_k0_r256_v4", RowGrid(1, 256), 0, 4096, 4, 4),
         ("p_k0_r512_v4", RowGrid(1, 512), 0, 8192, 4, 4), ("p_k0_r1024_v4", RowGrid(1, 1024), 0, 16384, 4, 4),
-        ("p_k0_c4_r256_v4", RowGrid(1, 256, 4, persistent=True), 0, 32768, 4, 8),
-        ("p_k0_c8_r256_v4", RowGrid(1, 256, 8, persistent=True), 0, 65536, 4, 8),
-        ("p_k0_c16_r256_v4", RowGrid(1, 256, 16, persistent=True), 0, 131072, 4, 8),
+        ("p_k0_c4_r256_v4", RowGrid(1, 256, 4), 0, 32768, 4, 8),
+        ("p_k0_c8_r256_v4", RowGrid(1, 256, 8), 0, 65536, 4, 8),
+        ("p_k0_c16_r256_v4", RowGrid(1, 256, 16), 0, 131072, 4, 8),
         ("p_k0_c16_r512_v4", RowGrid(1, 512, 16), 0, 262144, 4, 8),
         ("p_k0_warp", RowGrid(8), 0, 1024, 1, 0), ("p_k0_cached", RowGrid(), 4, None, 1, 0),
         ("p_k0_v4", RowGrid(), 0, None, 4, 0), ("p_k0", RowGrid(), 0, None, 1, 0)]

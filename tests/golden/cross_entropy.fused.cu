@@ -776,8 +776,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 127 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c4_r256_v4(
+// cross_entropy_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c4_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -787,89 +787,61 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c4_r256_v4
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> logits_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at + r_ * 4096);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+      }
+      }
     }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> logits_reg[8] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3], logits_next[4], logits_next[5], logits_next[6], logits_next[7]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
-        fz_vec<float, 4> lse_in[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at_ + r__ * 4096);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = logits_reg[r].v[k];
-            lse_in[r].v[k] = v2;
-            acc.m = fz_max_op()(acc.m, v2);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 4u);
-        const float lse = fz_lse_result(acc);
-        const float v3 = lse - picked;
-        const float v4 = v1 ? 0.0f : v3;
-        if (t == 0) {
-            loss[row] = v4;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 127 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c8_r256_v4(
+// cross_entropy_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c8_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -879,89 +851,61 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c8_r256_v4
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> logits_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at + r_ * 8192);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+      }
+      }
     }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> logits_reg[8] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3], logits_next[4], logits_next[5], logits_next[6], logits_next[7]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
-        fz_vec<float, 4> lse_in[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at_ + r__ * 8192);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = logits_reg[r].v[k];
-            lse_in[r].v[k] = v2;
-            acc.m = fz_max_op()(acc.m, v2);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 8u);
-        const float lse = fz_lse_result(acc);
-        const float v3 = lse - picked;
-        const float v4 = v1 ? 0.0f : v3;
-        if (t == 0) {
-            loss[row] = v4;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
     }
 }
-// cross_entropy_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 127 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c16_r256_v4(
+// cross_entropy_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_k0_c16_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -971,83 +915,55 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_k0_c16_r256_v
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> logits_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at + r_ * 16384);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
+    fz_vec<float, 4> lse_in[8];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<float, 4> logits_v = *reinterpret_cast<const fz_vec<float, 4>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = logits_v.v[k];
+        lse_in[r].v[k] = v2;
+        acc.m = fz_max_op()(acc.m, v2);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> logits_reg[8] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3], logits_next[4], logits_next[5], logits_next[6], logits_next[7]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)logits[row * e1 + v0] : (float)0;
-        fz_vec<float, 4> lse_in[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(logits + at_ + r__ * 16384);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = logits_reg[r].v[k];
-            lse_in[r].v[k] = v2;
-            acc.m = fz_max_op()(acc.m, v2);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 2u);
-        const float lse = fz_lse_result(acc);
-        const float v3 = lse - picked;
-        const float v4 = v1 ? 0.0f : v3;
-        if (t == 0) {
-            loss[row] = v4;
-        }
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v3 = lse - picked;
+    const float v4 = v1 ? 0.0f : v3;
+    if (t == 0) {
+        loss[row] = v4;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -1923,8 +1839,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 111 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c4_r256_v8(
+// cross_entropy_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -1934,90 +1850,62 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c4_r2
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> logits_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 8;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at + r_ * 8192);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+      }
+      }
     }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> logits_reg[4] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
-        fz_vec<float, 8> lse_in[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 8;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at_ + r__ * 8192);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v2 = __bfloat162float(logits_reg[r].v[k]);
-            const float v3 = (float)v2;
-            lse_in[r].v[k] = v3;
-            acc.m = fz_max_op()(acc.m, v3);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 4u);
-        const float lse = fz_lse_result(acc);
-        const float v4 = lse - picked;
-        const float v5 = v1 ? 0.0f : v4;
-        if (t == 0) {
-            loss[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 111 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c8_r256_v8(
+// cross_entropy_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c8_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -2027,90 +1915,62 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c8_r2
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> logits_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 8;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at + r_ * 16384);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+      }
+      }
     }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> logits_reg[4] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
-        fz_vec<float, 8> lse_in[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 8;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at_ + r__ * 16384);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v2 = __bfloat162float(logits_reg[r].v[k]);
-            const float v3 = (float)v2;
-            lse_in[r].v[k] = v3;
-            acc.m = fz_max_op()(acc.m, v3);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 8u);
-        const float lse = fz_lse_result(acc);
-        const float v4 = lse - picked;
-        const float v5 = v1 ? 0.0f : v4;
-        if (t == 0) {
-            loss[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 111 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c16_r256_v8(
+// cross_entropy_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+extern "C" __global__ void cross_entropy_bf16_k0_c16_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
     float* __restrict__ loss,
@@ -2120,84 +1980,56 @@ extern "C" __global__ void __launch_bounds__(256, 2) cross_entropy_bf16_k0_c16_r
 {
     __shared__ fz_lse<float> partial_lse_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<__nv_bfloat16, 8> logits_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 8;
-            if (c_ < e1) {
-                logits_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at + r_ * 32768);
-            }
-        }
+    const long long v0 = label[row];
+    const bool v1 = v0 == (-100LL);
+    const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
+    fz_vec<float, 8> lse_in[4];
+    fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+        const fz_vec<__nv_bfloat16, 8> logits_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v2 = __bfloat162float(logits_v.v[k]);
+        const float v3 = (float)v2;
+        lse_in[r].v[k] = v3;
+        acc.m = fz_max_op()(acc.m, v3);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> logits_reg[4] = {logits_next[0], logits_next[1], logits_next[2], logits_next[3]};
-        const long long v0 = label[row];
-        const bool v1 = v0 == (-100LL);
-        const float picked = v0 >= 0 && v0 < e1 ? (float)__bfloat162float(logits[row * e1 + v0]) : (float)0;
-        fz_vec<float, 8> lse_in[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 8;
-                if (c__ < e1) {
-                    logits_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(logits + at_ + r__ * 32768);
-                }
-            }
-        }
-        fz_lse<float> acc = {__int_as_float(0xff800000), (float)0};
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v2 = __bfloat162float(logits_reg[r].v[k]);
-            const float v3 = (float)v2;
-            lse_in[r].v[k] = v3;
-            acc.m = fz_max_op()(acc.m, v3);
-          }
-          }
-        }
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            // coordinates of i: its row's, and its place along the row
-            const long long c0 = row;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
-            acc.s += e;
-          }
-          }
-        }
-        if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster + parity * 2u);
-        const float lse = fz_lse_result(acc);
-        const float v4 = lse - picked;
-        const float v5 = v1 ? 0.0f : v4;
-        if (t == 0) {
-            loss[row] = v5;
-        }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        // coordinates of i: its row's, and its place along the row
+        const long long c0 = row;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float e = fz_exp_accurate(lse_in[r].v[k] - acc.m);
+        acc.s += e;
+      }
+      }
+    }
+    if (acc.m - acc.m != (float)0) acc.s = (float)0;  // a max not finite: each term NaN or 0
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_lse_op(), partial_lse_float, cluster);
+    const float lse = fz_lse_result(acc);
+    const float v4 = lse - picked;
+    const float v5 = v1 ? 0.0f : v4;
+    if (t == 0) {
+        loss[row] = v5;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }

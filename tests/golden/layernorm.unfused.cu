@@ -555,8 +555,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k0_row_mean_r102
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c4_r256_v4(
+// layernorm_k0_row_mean_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -565,65 +565,37 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c4_r2
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 4096);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        const float v1 = acc / length;
-        if (t == 0) {
-            mean[row] = v1;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c8_r256_v4(
+// layernorm_k0_row_mean_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -632,65 +604,37 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c8_r2
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 8192);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        const float v1 = acc / length;
-        if (t == 0) {
-            mean[row] = v1;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c16_r256_v4(
+// layernorm_k0_row_mean_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void layernorm_k0_row_mean_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -699,59 +643,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k0_row_mean_c16_r
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 16384);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        const float v1 = acc / length;
-        if (t == 0) {
-            mean[row] = v1;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    if (t == 0) {
+        mean[row] = v1;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -1359,8 +1275,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) layernorm_k1_row_var_r1024
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 93 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c4_r256_v4(
+// layernorm_k1_row_var_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -1369,84 +1285,57 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c4_r25
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 4096);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        const float v1 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = x_reg[r].v[k];
-            const float v3 = v2 - v1;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 4u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 93 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c8_r256_v4(
+// layernorm_k1_row_var_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -1455,84 +1344,57 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c8_r25
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 8192);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        const float v1 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = x_reg[r].v[k];
-            const float v3 = v2 - v1;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[16];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 8u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 93 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c16_r256_v4(
+// layernorm_k1_row_var_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_k1_row_var_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -1541,78 +1403,51 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_k1_row_var_c16_r2
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 16384);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        const float v1 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v2 = x_reg[r].v[k];
-            const float v3 = v2 - v1;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[4];  // the block's value, read by the others; the row's (two rows')
-        acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 2u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    const float v1 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v2 = x_reg[r].v[k];
+        const float v3 = v2 - v1;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -2372,8 +2207,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c4_r256_v8(
+// layernorm_bf16_k0_row_mean_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -2382,66 +2217,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 8192);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        const float v2 = acc / length;
-        if (t == 0) {
-            mean[row] = v2;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c8_r256_v8(
+// layernorm_bf16_k0_row_mean_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -2450,66 +2257,38 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 16384);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        const float v2 = acc / length;
-        if (t == 0) {
-            mean[row] = v2;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_c16_r256_v8(
+// layernorm_bf16_k0_row_mean_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
+extern "C" __global__ void layernorm_bf16_k0_row_mean_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
     const long long n,
@@ -2518,60 +2297,32 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k0_row_mean_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 32768);
-            }
-        }
+    const float length = (float)e1;
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 32768);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        const float v2 = acc / length;
-        if (t == 0) {
-            mean[row] = v2;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    if (t == 0) {
+        mean[row] = v2;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -3149,8 +2900,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k1_row_var_r
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 77 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c4_r256_v8(
+// layernorm_bf16_k1_row_var_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -3159,86 +2910,59 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 8192);
-            }
-        }
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        fz_vec<float, 8> held[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            held[r].v[k] = v1;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        const float v2 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v3 = held[r].v[k] - v2;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 4u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 77 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c8_r256_v8(
+// layernorm_bf16_k1_row_var_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -3247,86 +2971,59 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 16384);
-            }
-        }
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        fz_vec<float, 8> held[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            held[r].v[k] = v1;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        const float v2 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v3 = held[r].v[k] - v2;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[16];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 8u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 77 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c16_r256_v8(
+// layernorm_bf16_k1_row_var_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void layernorm_bf16_k1_row_var_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
     const long long n,
@@ -3335,80 +3032,53 @@ extern "C" __global__ void __launch_bounds__(256, 2) layernorm_bf16_k1_row_var_c
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 32768);
-            }
-        }
+    fz_vec<__nv_bfloat16, 8> x_reg[4];
+    const float length = (float)e1;
+    fz_vec<float, 8> held[4];
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_reg[r].v[k]);
+        const float v1 = (float)v0;
+        held[r].v[k] = v1;
+        acc = fz_sum_op()(acc, v1);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        const float length = (float)e1;
-        fz_vec<float, 8> held[4];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 32768);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            held[r].v[k] = v1;
-            acc = fz_sum_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        const float v2 = acc / length;
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v3 = held[r].v[k] - v2;
-            const float v4 = v3 * v3;
-            acc_ = fz_sum_op()(acc_, v4);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[4];  // the block's value, read by the others; the row's (two rows')
-        acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 2u);
-        const float v5 = acc_ / length;
-        if (t == 0) {
-            row_var_0[row] = v5;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    const float v2 = acc / length;
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v3 = held[r].v[k] - v2;
+        const float v4 = v3 * v3;
+        acc_ = fz_sum_op()(acc_, v4);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v5 = acc_ / length;
+    if (t == 0) {
+        row_var_0[row] = v5;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }

@@ -851,8 +851,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
       }
     }
 }
-// softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 125 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c4_r256_v4(
+// softmax_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
     const long long n,
@@ -861,95 +861,68 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c4_r256_v4(
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 4096);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        fz_vec<float, 4> held[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster + parity * 4u);
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v1 = x_reg[r].v[k];
-            const float v2 = v1 - acc;
-            const float v3 = expf(v2);
-            held[r].v[k] = v3;
-            acc_ = fz_sum_op()(acc_, v3);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 4u);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            fz_vec<float, 4> y_out;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v4 = held[r].v[k] / acc_;
-            y_out.v[k] = v4;
-          }
-            *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-          }
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
-// softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 125 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c8_r256_v4(
+// softmax_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
     const long long n,
@@ -958,95 +931,68 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c8_r256_v4(
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 8192);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        fz_vec<float, 4> held[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster + parity * 8u);
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v1 = x_reg[r].v[k];
-            const float v2 = v1 - acc;
-            const float v3 = expf(v2);
-            held[r].v[k] = v3;
-            acc_ = fz_sum_op()(acc_, v3);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[16];  // each block's value, written by that block (two rows')
-        acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 8u);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            fz_vec<float, 4> y_out;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v4 = held[r].v[k] / acc_;
-            y_out.v[k] = v4;
-          }
-            *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-          }
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
+    acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
 }
-// softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 125 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c16_r256_v4(
+// softmax_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
+extern "C" __global__ void softmax_k0_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
     const long long n,
@@ -1055,89 +1001,62 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_c16_r256_v4(
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 16384);
-            }
-        }
+    fz_vec<float, 4> x_reg[8];
+    fz_vec<float, 4> held[8];
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        x_reg[r] = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_reg[r].v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        fz_vec<float, 4> held[8];
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster + parity * 2u);
-        float acc_ = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v1 = x_reg[r].v[k];
-            const float v2 = v1 - acc;
-            const float v3 = expf(v2);
-            held[r].v[k] = v3;
-            acc_ = fz_sum_op()(acc_, v3);
-          }
-          }
-        }
-        __shared__ decltype(acc_) cluster_[4];  // the block's value, read by the others; the row's (two rows')
-        acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_ + parity * 2u);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-            fz_vec<float, 4> y_out;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v4 = held[r].v[k] / acc_;
-            y_out.v[k] = v4;
-          }
-            *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
-          }
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster);
+    float acc_ = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v1 = x_reg[r].v[k];
+        const float v2 = v1 - acc;
+        const float v3 = expf(v2);
+        held[r].v[k] = v3;
+        acc_ = fz_sum_op()(acc_, v3);
+      }
+      }
+    }
+    __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
+    acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        fz_vec<float, 4> y_out;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v4 = held[r].v[k] / acc_;
+        y_out.v[k] = v4;
+      }
+        *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
+      }
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }

@@ -535,8 +535,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_row_max_r1024_v
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c4_r256_v4(
+// softmax_k0_row_max_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c4_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -545,63 +545,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c4_r256_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 4096);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster + parity * 4u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
 }
-// softmax_k0_row_max_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c8_r256_v4(
+// softmax_k0_row_max_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c8_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -610,63 +582,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c8_r256_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 8192);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster + parity * 8u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
 }
-// softmax_k0_row_max_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c16_r256_v4(
+// softmax_k0_row_max_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k0_row_max_c16_r256_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -675,57 +619,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k0_row_max_c16_r256
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> x_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at + r_ * 16384);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> x_v = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = x_v.v[k];
+        acc = fz_max_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> x_reg[8] = {x_next[0], x_next[1], x_next[2], x_next[3], x_next[4], x_next[5], x_next[6], x_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = x_reg[r].v[k];
-            acc = fz_max_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster + parity * 2u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -1146,8 +1062,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k2_row_sum_r1024_v
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c4_r256_v4(
+// softmax_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c4_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -1156,63 +1072,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c4_r256_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 4096);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c8_r256_v4(
+// softmax_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c8_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -1221,63 +1109,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c8_r256_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 8192);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c16_r256_v4(
+// softmax_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_k2_row_sum_c16_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -1286,57 +1146,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_k2_row_sum_c16_r256
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 16384);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -1968,8 +1800,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r51
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_c4_r256_v8: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c4_r256_v8(
+// softmax_bf16_k0_row_max_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c4_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -1978,64 +1810,36 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c4_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 8192);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_max_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster + parity * 4u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_c8_r256_v8: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c8_r256_v8(
+// softmax_bf16_k0_row_max_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c8_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -2044,64 +1848,36 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c8_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 16384);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_max_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster + parity * 8u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_c16_r256_v8: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 52 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c16_r256_v8(
+// softmax_bf16_k0_row_max_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 24 registers.
+extern "C" __global__ void softmax_bf16_k0_row_max_c16_r256_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
     const long long n,
@@ -2110,58 +1886,30 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k0_row_max_c16
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<__nv_bfloat16, 8> x_next[4];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 8;
-    #pragma unroll
-        for (int r_ = 0; r_ < 4; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 8;
-            if (c_ < e1) {
-                x_next[r_] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at + r_ * 32768);
-            }
-        }
+    float acc = __int_as_float(0xff800000);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 8;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<__nv_bfloat16, 8> x_v = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const long long col = c + k;
+        const float v0 = __bfloat162float(x_v.v[k]);
+        const float v1 = (float)v0;
+        acc = fz_max_op()(acc, v1);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<__nv_bfloat16, 8> x_reg[4] = {x_next[0], x_next[1], x_next[2], x_next[3]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 8;
-        #pragma unroll
-            for (int r__ = 0; r__ < 4; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 8;
-                if (c__ < e1) {
-                    x_next[r__] = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + at_ + r__ * 32768);
-                }
-            }
-        }
-        float acc = __int_as_float(0xff800000);
-    #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 8;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const long long col = c + k;
-            const float v0 = __bfloat162float(x_reg[r].v[k]);
-            const float v1 = (float)v0;
-            acc = fz_max_op()(acc, v1);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster + parity * 2u);
-        if (t == 0) {
-            m[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_max_op(), partial_float, cluster);
+    if (t == 0) {
+        m[row] = acc;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
@@ -2586,8 +2334,8 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_bf16_k2_row_sum_r1
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c4_r256_v4(
+// softmax_bf16_k2_row_sum_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c4_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -2596,63 +2344,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c4_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 4 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 4 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 4;
-    const long long clusters = gridDim.x / 4;
+    const long long row = blockIdx.x / 4;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 1024 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 4096);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 1024 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 1024 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 4096);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 1024 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[8];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster + parity * 4u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[4];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<4>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c8_r256_v4(
+// softmax_bf16_k2_row_sum_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c8_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -2661,63 +2381,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c8_
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 8 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 8 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 8;
-    const long long clusters = gridDim.x / 8;
+    const long long row = blockIdx.x / 8;
     const unsigned t = rank * 256u + threadIdx.x;
     __cluster_barrier_arrive_relaxed();  // this block has started (the first combine waits for all)
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 2048 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 8192);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 2048 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
     __cluster_barrier_wait();  // every block of the cluster has started: their shared memory may be written
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 2048 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 8192);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 2048 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[16];  // each block's value, written by that block (two rows')
-        acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster + parity * 8u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[8];  // each block's value, written by that block
+    acc = fz_cluster_combine_push<8>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row (persistent: the clusters at once, each streaming its rows), the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 76 registers.
-extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c16_r256_v4(
+// softmax_bf16_k2_row_sum_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 32 registers.
+extern "C" __global__ void softmax_bf16_k2_row_sum_c16_r256_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
     const long long n,
@@ -2726,57 +2418,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) softmax_bf16_k2_row_sum_c16
 {
     __shared__ float partial_float[32];  // one value per warp
 
-    // a persistent grid of clusters of 16 blocks, each taking every clusters-th row in turn,
-    // its next row's vectors loaded (into a second set of registers) while it reduces this one
+    // a cluster of 16 blocks a row: the block's place in it, the thread's in the row
     const unsigned rank = __clusterRelativeBlockRank();
-    const long long cl = blockIdx.x / 16;
-    const long long clusters = gridDim.x / 16;
+    const long long row = blockIdx.x / 16;
     const unsigned t = rank * 256u + threadIdx.x;
-    fz_vec<float, 4> e_next[8];
-    if (cl < e0) {
-        const long long at = (cl) * e1 + (long long)t * 4;
-    #pragma unroll
-        for (int r_ = 0; r_ < 8; ++r_) {
-            const long long c_ = ((long long)r_ * 4096 + t) * 4;
-            if (c_ < e1) {
-                e_next[r_] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at + r_ * 16384);
-            }
-        }
+    float acc = (float)0;
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const long long c = ((long long)r * 4096 + t) * 4;
+      if (c < e1) {
+        const long long i = row * e1 + c;
+        const fz_vec<float, 4> e_v = *reinterpret_cast<const fz_vec<float, 4>*>(e + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const long long col = c + k;
+        const float v0 = e_v.v[k];
+        acc = fz_sum_op()(acc, v0);
+      }
+      }
     }
-#pragma unroll 1
-    for (long long row = cl, it = 0; row < e0; row += clusters, ++it) {
-        // each combine's slots alternate between rows: a block writes one row's while the others may still read the last's
-        const unsigned parity = (unsigned)it & 1u;
-        fz_vec<float, 4> e_reg[8] = {e_next[0], e_next[1], e_next[2], e_next[3], e_next[4], e_next[5], e_next[6], e_next[7]};
-        if (row + clusters < e0) {
-            const long long at_ = (row + clusters) * e1 + (long long)t * 4;
-        #pragma unroll
-            for (int r__ = 0; r__ < 8; ++r__) {
-                const long long c__ = ((long long)r__ * 4096 + t) * 4;
-                if (c__ < e1) {
-                    e_next[r__] = *reinterpret_cast<const fz_vec<float, 4>*>(e + at_ + r__ * 16384);
-                }
-            }
-        }
-        float acc = (float)0;
-    #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const long long c = ((long long)r * 4096 + t) * 4;
-          if (c < e1) {
-            const long long i = row * e1 + c;
-    #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const long long col = c + k;
-            const float v0 = e_reg[r].v[k];
-            acc = fz_sum_op()(acc, v0);
-          }
-          }
-        }
-        __shared__ decltype(acc) cluster[4];  // the block's value, read by the others; the row's (two rows')
-        acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster + parity * 2u);
-        if (t == 0) {
-            row_sum_0[row] = acc;
-        }
+    __shared__ decltype(acc) cluster[2];  // the block's value, read by the others; the row's
+    acc = fz_cluster_combine_pull<16>(acc, fz_sum_op(), partial_float, cluster);
+    if (t == 0) {
+        row_sum_0[row] = acc;
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
