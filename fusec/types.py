@@ -37,13 +37,18 @@ class ScalarType:
         return self.kind == "bool"
 
     @property
+    def is_half(self) -> bool:
+        """f16 or bf16: stored in 16 bits, computed in f32."""
+        return self.name in ("f16", "bf16")
+
+    @property
     def itemsize(self) -> int:
         return max(1, self.bits // 8)
 
     @property
     def compute(self) -> "ScalarType":
         """The type arithmetic is done in (f16 and bf16 compute in f32)."""
-        return F32 if self.name in ("f16", "bf16") else self
+        return F32 if self.is_half else self
 
     @property
     def regs(self) -> int:

@@ -139,7 +139,7 @@ def cast_expr(src: ScalarType, dst: ScalarType, arg: str) -> str:
     if dst.is_int and src.is_float:
         lo, hi = INT_RANGE[dst]
         return f"fz_f2i<{C_TYPES[dst.name]}>({arg}, {const(lo, dst)}, {const(hi, dst)})"
-    if dst.name in ("f16", "bf16"):
+    if dst.is_half:
         return load_expr(dst, rounded(src, dst, arg))
     return f"({compute_type(dst)}){arg}"
 

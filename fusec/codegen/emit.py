@@ -151,7 +151,7 @@ class _KernelEmitter:
         body = self.k.body.instrs
         read = {a for ins in body for a in ins.args} | {v for pair in self.k.carried for v in pair}
         self.stored_casts = {idx for idx, ins in enumerate(body)
-                             if ins.op == "cast" and ins.type.name in ("f16", "bf16") and idx not in read}
+                             if ins.op == "cast" and ins.type.is_half and idx not in read}
 
     def _local_namer(self) -> Namer:
         """Names for one function's locals: any name but the parameters, index and coordinates."""
@@ -219,7 +219,7 @@ class _KernelEmitter:
         (the cast's own rounding, not a second one of the rounded value)."""
         body = self.k.body.instrs
         ins = body[at]
-        if ins.op == "cast" and t.name in ("f16", "bf16") and ins.type == t:
+        if ins.op == "cast" and t.is_half and ins.type == t:
             src = ins.args[0]
             if isinstance(refs, list) or src in refs:
                 return rounded(body[src].type, t, refs[src])
@@ -652,29 +652,30 @@ class _KernelEmitter:
         `ahead` registers; past the run's last row (before `end`), that last row
         again, as a group past it computes it (where the run has rows: from `start`)."""
         slot, first, taken = namer.fresh("r"), namer.fresh("c"), namer.fresh("ahead_row")
-        resident, threads, thread, width, length = loop.resident, loop.threads, loop.thread, loop.width, loop.length
-        lines = [f"if ({start} < {end}) {{",
-                 f"    const long long {taken} = {row} < {end} ? {row} : {end} - 1;",
-                 "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
-                 f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
-                 f"        if ({first} < {length}) {{"]
-        lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
-                  f"{self.buffers[a.buffer]} + {taken} * {length} + {first});" for a in loaded]
-        return lines + ["        }", "    }", "}"]
+        opening = [f"if ({start} < {end}) {{", f"    const long long {taken} = {row} < {end} ? {row} : {end} - 1;"]
+        return self._vectors_ahead(loaded, ahead, opening, f"{taken} * {loop.length} + {first}", slot, first, loop)
 
     def _stream_loads(self, loaded, ahead: dict, row: str, rows: str, loop: _RowLoop, namer: Namer) -> list[str]:
         """Lines loading row `row`'s vectors of the arrays `loaded` (whole rows) into
         their `ahead` registers, where that row exists (a streaming cluster's next row)."""
         slot, first, at = namer.fresh("r"), namer.fresh("c"), namer.fresh("at")
-        resident, threads, thread, width, length = loop.resident, loop.threads, loop.thread, loop.width, loop.length
         # the thread's first vector's place in the row once, each next vector a constant further
-        lines = [f"if ({row} < {rows}) {{",
-                 f"    const long long {at} = ({row}) * {length} + (long long){thread} * {width};",
-                 "#pragma unroll", f"    for (int {slot} = 0; {slot} < {resident}; ++{slot}) {{",
-                 f"        const long long {first} = ((long long){slot} * {threads} + {thread}) * {width};",
-                 f"        if ({first} < {length}) {{"]
-        lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {width}>*>("
-                  f"{self.buffers[a.buffer]} + {at} + {slot} * {threads * width});" for a in loaded]
+        opening = [f"if ({row} < {rows}) {{",
+                   f"    const long long {at} = ({row}) * {loop.length} + (long long){loop.thread} * {loop.width};"]
+        return self._vectors_ahead(loaded, ahead, opening, f"{at} + {slot} * {loop.threads * loop.width}", slot, first,
+                                   loop)
+
+    def _vectors_ahead(self, loaded, ahead: dict, opening: list[str], offset: str, slot: str, first: str,
+                       loop: _RowLoop) -> list[str]:
+        """Within `opening` (a condition and the row's place), the thread's vectors of
+        the arrays `loaded` into their `ahead` registers: vector `slot`, starting at
+        element `first` of the row, at `offset` in its array."""
+        lines = opening + ["#pragma unroll", f"    for (int {slot} = 0; {slot} < {loop.resident}; ++{slot}) {{",
+                           f"        const long long {first} = ((long long){slot} * {loop.threads} + {loop.thread}) "
+                           f"* {loop.width};",
+                           f"        if ({first} < {loop.length}) {{"]
+        lines += [f"            {ahead[a.value]}[{slot}] = *reinterpret_cast<const fz_vec<{a.type.c}, {loop.width}>*>("
+                  f"{self.buffers[a.buffer]} + {offset});" for a in loaded]
         return lines + ["        }", "    }", "}"]
 
     def _total_variant(self, chunks: int) -> dict:

@@ -255,7 +255,7 @@ def _estimate(plan: "_BodyPlan", array_loads: int, broadcast_loads: int, coordin
         return _registers(overhead + vector + variant.resident + max(floor, plan.walk(1, 1)))
     if variant.elements == 1:
         return _registers(overhead + max(floor, plan.walk(1, 1)))
-    packed = PACKED_STORE_REGS * sum(1 for n in plan.stores if plan.instrs[n].type.name in ("f16", "bf16"))
+    packed = PACKED_STORE_REGS * sum(1 for n in plan.stores if plan.instrs[n].type.is_half)
     return _registers(overhead + VECTOR_BASE_REGS + packed + max(floor, _vector_pressure(plan, variant.elements)))
 
 

@@ -96,8 +96,9 @@ def interleaved_medians(calls: list[Callable[[], object]], time_calls: Callable[
     timing, rng = list(range(len(calls))), random.Random(seed)
     for r in range(rounds):
         if r >= PRUNE_AFTER:
-            best = min(statistics.median(samples[i]) for i in timing)
-            timing = [i for i in timing if statistics.median(samples[i]) <= best * (1 + PRUNE_MARGIN)]
+            so_far = {i: statistics.median(samples[i]) for i in timing}
+            best = min(so_far.values())
+            timing = [i for i in timing if so_far[i] <= best * (1 + PRUNE_MARGIN)]
         rng.shuffle(timing)
         for i in timing:
             samples[i].append(time_calls(calls[i], reps[i]) / reps[i])
