@@ -16,7 +16,7 @@ import jinja2
 from fusec.cache import TemplateBytecodeCache
 from fusec.codegen.cexpr import HELPERS, cast_expr, const, float_const, load_expr, op_expr, rounded, store_expr
 from fusec.codegen.names import Namer
-from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, row_schedule
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, held_values, indexed_picks, row_schedule
 from fusec.ir.program import COLUMN_OPS
 from fusec.ir.launch import (
     WORK_ITEM,
@@ -835,15 +835,8 @@ class _KernelEmitter:
         body = self.k.body.instrs
         arrays = {a.value: a for a in self.k.loads if a.contiguous and a.present[-1]}
         out = {}
-        for idx, ins in enumerate(body):
-            if ins.op != "row_pick" or schedule.per_element[ins.args[1]] or schedule.rounds[ins.args[1]]:
-                continue
-            source = body[ins.args[0]]
-            if source.op == "cast" and source.type.is_float and body[source.args[0]].type.is_float \
-                    and body[source.args[0]].type.itemsize <= source.type.itemsize:
-                source = body[source.args[0]]  # a widening (exact)
-            if source.op != "load" or source.attr not in arrays:
-                continue
+        for idx, at in indexed_picks(self.k, schedule).items():
+            ins, source = body[idx], body[at]
             a, t, index = arrays[source.attr], ins.type.compute.c, refs[ins.args[1]]
             value = load_expr(a.type, f"{self.buffers[a.buffer]}[{row} * {length} + {index}]")
             refs[idx] = namer.fresh("picked")

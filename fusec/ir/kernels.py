@@ -81,6 +81,27 @@ def row_schedule(kernel: "Kernel") -> RowSchedule:
     return RowSchedule(tuple(per_element), tuple(rounds), tuple(cone(r) for r in roots), tuple(map(tuple, roots)))
 
 
+def indexed_picks(kernel: "Kernel", schedule: RowSchedule) -> dict[int, int]:
+    """The row kernel's picks (row_pick) of an input array's element, as it is or
+    widened (a float cast no narrower), at an index known before the row's first
+    pass (a per-row value of round 0): codegen.emit reads each as one load a row,
+    not as an accumulator of every pass and a combine. Pick -> the load it reads."""
+    body = kernel.body.instrs
+    arrays = {a.value for a in kernel.loads if a.contiguous and a.present[-1]}
+    out = {}
+    for idx, ins in enumerate(body):
+        if ins.op != "row_pick" or schedule.per_element[ins.args[1]] or schedule.rounds[ins.args[1]]:
+            continue
+        at = ins.args[0]
+        source = body[at]
+        if source.op == "cast" and source.type.is_float and body[source.args[0]].type.is_float \
+                and body[source.args[0]].type.itemsize <= source.type.itemsize:
+            at = source.args[0]  # a widening (exact)
+        if body[at].op == "load" and body[at].attr in arrays:
+            out[idx] = at
+    return out
+
+
 # A resident row keeps a value a later pass needs again where it holds at most
 # this many (each takes a register per element the thread holds).
 HELD_VALUES = 2

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel
+from fusec.ir.kernels import ROW_REDUCTIONS, Access, Kernel, indexed_picks, row_schedule
 from fusec.ir.launch import ColumnReduce, Elementwise, Form, GridStride, MultiTensor, RegisterLoop, RowBlock, unhandled
 from fusec.ir.program import COLUMN_OPS, Body, Instr
 
@@ -273,8 +273,21 @@ class KernelEstimate:
         self.carried = {loop_value for loop_value, _ in kernel.carried}
         self.broadcast_loads = sum(1 for a in kernel.loads if not a.contiguous and any(a.present))
         self.coordinates = index_divisions(kernel.loads)
-        self.accumulators = sum(1 + (ins.op in ("row_pick", "row_lse")) for ins in kernel.body.instrs
-                                if ins.op in ROW_REDUCTIONS or ins.op in COLUMN_OPS)
+        body = kernel.body.instrs
+        rows = any(ins.op in ROW_REDUCTIONS for ins in body)
+        schedule = row_schedule(kernel) if rows else None
+        # a pick at a per-row index is one load a row (codegen.emit), not an accumulator; but
+        # not in a row kernel with column sums, which compares each element (cross-entropy's
+        # row kernel: ptxas 20-24 registers where two accumulators more said 28-34)
+        picks = indexed_picks(kernel, schedule) if rows and not kernel.column_sums else {}
+        self.accumulators = sum(1 + (ins.op in ("row_pick", "row_lse")) for n, ins in enumerate(body)
+                                if (ins.op in ROW_REDUCTIONS or ins.op in COLUMN_OPS) and n not in picks)
+        # Whether ptxas unrolls the warp-per-row variant's loops (WARP_ROW_REGS): not where
+        # every pass accumulates a log-sum-exp, whose update branches at each element, and
+        # none stores the row (cross-entropy's: 24 registers, the block's 20, estimated 34 with them).
+        self.unrolled = not rows or any(ins.op not in ("row_lse",) for n, ins in enumerate(body)
+                                        if ins.op in ROW_REDUCTIONS and n not in picks) \
+            or any(a.present[-1] for a, _ in kernel.stores)
         self._plans: dict[bool, _BodyPlan] = {}
 
     def __call__(self, variant: VariantShape) -> int:
@@ -285,6 +298,8 @@ class KernelEstimate:
             plan = self._plans[variant.loop] = _BodyPlan(
                 self.kernel.body, self.stored, self.scalar_loads, self.lane_uniform,
                 self.carried if variant.loop else None)
+        if variant.warp and not self.unrolled:
+            variant = replace(variant, warp=False)
         return _estimate(plan, len(self.kernel.loads), self.broadcast_loads, self.coordinates, variant,
                          self.accumulators, columnless=len(self.kernel.extents) == 1)
 

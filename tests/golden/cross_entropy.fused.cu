@@ -240,7 +240,7 @@ __device__ __forceinline__ void fz_cluster_exit()
 
 // cross_entropy_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
-// cross_entropy_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 34 registers.
+// cross_entropy_k0_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k0_warp(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -273,7 +273,7 @@ extern "C" __global__ void cross_entropy_k0_warp(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0: one block per row; estimated 24 registers.
+// cross_entropy_k0: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_k0(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -305,7 +305,7 @@ extern "C" __global__ void cross_entropy_k0(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+// cross_entropy_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r8_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -366,7 +366,7 @@ extern "C" __global__ void cross_entropy_k0_r8_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+// cross_entropy_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r16_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -427,7 +427,7 @@ extern "C" __global__ void cross_entropy_k0_r16_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+// cross_entropy_k0_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r32_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -486,7 +486,7 @@ extern "C" __global__ void cross_entropy_k0_r32_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 35 registers.
+// cross_entropy_k0_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r64_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -544,7 +544,7 @@ extern "C" __global__ void cross_entropy_k0_r64_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 35 registers.
+// cross_entropy_k0_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r128_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -602,7 +602,7 @@ extern "C" __global__ void cross_entropy_k0_r128_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 35 registers.
+// cross_entropy_k0_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_k0_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -660,7 +660,7 @@ extern "C" __global__ void cross_entropy_k0_r256_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 43 registers.
+// cross_entropy_k0_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 41 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -718,7 +718,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_r512_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 35 registers.
+// cross_entropy_k0_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -776,7 +776,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k0_r1024_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+// cross_entropy_k0_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_k0_c4_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -840,7 +840,7 @@ extern "C" __global__ void cross_entropy_k0_c4_r256_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+// cross_entropy_k0_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_k0_c8_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -904,7 +904,7 @@ extern "C" __global__ void cross_entropy_k0_c8_r256_v4(
         loss[row] = v4;
     }
 }
-// cross_entropy_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+// cross_entropy_k0_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_k0_c16_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -967,7 +967,7 @@ extern "C" __global__ void cross_entropy_k0_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 59 registers.
+// cross_entropy_k0_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_c16_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1030,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k0_c16_r512_v
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_k0_v4: one block per row; estimated 28 registers.
+// cross_entropy_k0_v4: one block per row; estimated 26 registers.
 extern "C" __global__ void cross_entropy_k0_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1352,7 +1352,7 @@ __device__ __forceinline__ void fz_cluster_exit()
 
 // cross_entropy_bf16_k0: row_logsumexp -> row_pick -> loss over [rows, vocab]
 // reads logits, label (broadcast); writes loss
-// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 34 registers.
+// cross_entropy_bf16_k0_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_warp(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1386,7 +1386,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_warp(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0: one block per row; estimated 24 registers.
+// cross_entropy_bf16_k0: one block per row; estimated 22 registers.
 extern "C" __global__ void cross_entropy_bf16_k0(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1419,7 +1419,7 @@ extern "C" __global__ void cross_entropy_bf16_k0(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 35 registers.
+// cross_entropy_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1481,7 +1481,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r8_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 35 registers.
+// cross_entropy_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1543,7 +1543,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r16_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 35 registers.
+// cross_entropy_bf16_k0_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1603,7 +1603,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r32_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 35 registers.
+// cross_entropy_bf16_k0_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 33 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1662,7 +1662,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r64_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 51 registers.
+// cross_entropy_bf16_k0_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1721,7 +1721,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r128_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 51 registers.
+// cross_entropy_bf16_k0_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1780,7 +1780,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_r256_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 59 registers.
+// cross_entropy_bf16_k0_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1839,7 +1839,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_r512_
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 51 registers.
+// cross_entropy_bf16_k0_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_c4_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1904,7 +1904,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_c4_r256_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 51 registers.
+// cross_entropy_bf16_k0_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_c8_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1969,7 +1969,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_c8_r256_v8(
         loss[row] = v5;
     }
 }
-// cross_entropy_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 51 registers.
+// cross_entropy_bf16_k0_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 49 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_c16_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2033,7 +2033,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 59 registers.
+// cross_entropy_bf16_k0_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 57 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_c16_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2097,7 +2097,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k0_c16_r
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_bf16_k0_v8: one block per row; estimated 28 registers.
+// cross_entropy_bf16_k0_v8: one block per row; estimated 26 registers.
 extern "C" __global__ void cross_entropy_bf16_k0_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

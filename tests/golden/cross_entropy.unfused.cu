@@ -286,7 +286,7 @@ extern "C" __global__ void cross_entropy_k0_counted_v4(
 
 // cross_entropy_k1_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
-// cross_entropy_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 28 registers.
+// cross_entropy_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 18 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_warp(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -971,7 +971,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_v4(
 
 // cross_entropy_k2_row_pick: row_pick over [rows, vocab]
 // reads logits, label (broadcast); writes row_pick#1
-// cross_entropy_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 31 registers.
+// cross_entropy_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_warp(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -997,7 +997,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_warp(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick: one block per row; estimated 21 registers.
+// cross_entropy_k2_row_pick: one block per row; estimated 19 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1021,7 +1021,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1057,7 +1057,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1093,7 +1093,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r32_v4: one warp per row (8 rows a block), the row held in registers (4 vectors a thread), for rows of at most 512 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1127,7 +1127,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r32_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r64_v4: one block of 64 per row, the row held in registers (4 vectors a thread), for rows of at most 1024 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1159,7 +1159,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r64_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r128_v4: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 2048 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1191,7 +1191,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r128_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r256_v4: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1223,7 +1223,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 33 registers.
+// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 31 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1255,7 +1255,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 25 registers.
+// cross_entropy_k2_row_pick_r1024_v4: one block of 1024 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 23 registers.
 extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_r1024_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1287,7 +1287,7 @@ extern "C" __global__ void __launch_bounds__(1024, 1) cross_entropy_k2_row_pick_
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 33 registers.
+// cross_entropy_k2_row_pick_c4_r256_v4: a cluster of 4 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 32768 elements; estimated 31 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1323,7 +1323,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c4_r256_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 33 registers.
+// cross_entropy_k2_row_pick_c8_r256_v4: a cluster of 8 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 65536 elements; estimated 31 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1359,7 +1359,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c8_r256_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 33 registers.
+// cross_entropy_k2_row_pick_c16_r256_v4: a cluster of 16 blocks of 256 per row, the row held in registers (8 vectors a thread), for rows of at most 131072 elements; estimated 31 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1395,7 +1395,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_k2_row_pick_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 41 registers.
+// cross_entropy_k2_row_pick_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 39 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c16_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1431,7 +1431,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_k2_row_pick_v4: one block per row; estimated 25 registers.
+// cross_entropy_k2_row_pick_v4: one block per row; estimated 23 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1958,7 +1958,7 @@ extern "C" __global__ void cross_entropy_bf16_k0_counted_v4(
 
 // cross_entropy_bf16_k1_row_logsumexp: row_logsumexp over [rows, vocab]
 // reads logits; writes row_logsumexp#0
-// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 28 registers.
+// cross_entropy_bf16_k1_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 18 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_warp(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -2609,7 +2609,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_v8(
 
 // cross_entropy_bf16_k2_row_pick: row_pick over [rows, vocab]
 // reads logits, label (broadcast); writes row_pick#1
-// cross_entropy_bf16_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 31 registers.
+// cross_entropy_bf16_k2_row_pick_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2636,7 +2636,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_warp(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick: one block per row; estimated 21 registers.
+// cross_entropy_bf16_k2_row_pick: one block per row; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2661,7 +2661,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 21 registers.
+// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2698,7 +2698,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 21 registers.
+// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2735,7 +2735,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 21 registers.
+// cross_entropy_bf16_k2_row_pick_r32_v8: one warp per row (8 rows a block), the row held in registers (2 vectors a thread), for rows of at most 512 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2770,7 +2770,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r32_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 21 registers.
+// cross_entropy_bf16_k2_row_pick_r64_v8: one block of 64 per row, the row held in registers (2 vectors a thread), for rows of at most 1024 elements; estimated 19 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2803,7 +2803,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r64_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r128_v8: one block of 128 per row, the row held in registers (4 vectors a thread), for rows of at most 4096 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2836,7 +2836,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r128_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_r256_v8: one block of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2869,7 +2869,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 33 registers.
+// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 31 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2902,7 +2902,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_c4_r256_v8: a cluster of 4 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 32768 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2939,7 +2939,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c4_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_c8_r256_v8: a cluster of 8 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 65536 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2976,7 +2976,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c8_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_c16_r256_v8: a cluster of 16 blocks of 256 per row, the row held in registers (4 vectors a thread), for rows of at most 131072 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -3013,7 +3013,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_bf16_k2_row_pick_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 33 registers.
+// cross_entropy_bf16_k2_row_pick_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 31 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_c16_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -3050,7 +3050,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_p
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_bf16_k2_row_pick_v8: one block per row; estimated 25 registers.
+// cross_entropy_bf16_k2_row_pick_v8: one block per row; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

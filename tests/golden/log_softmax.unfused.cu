@@ -233,7 +233,7 @@ __device__ __forceinline__ void fz_cluster_exit()
 
 // log_softmax_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
-// log_softmax_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 28 registers.
+// log_softmax_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 1024 elements; estimated 18 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_warp(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1200,7 +1200,7 @@ __device__ __forceinline__ void fz_cluster_exit()
 
 // log_softmax_bf16_k0_row_logsumexp: row_logsumexp over [rows, cols]
 // reads x; writes row_logsumexp#0
-// log_softmax_bf16_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 28 registers.
+// log_softmax_bf16_k0_row_logsumexp_warp: one warp per row (8 rows a block), for rows of at most 2048 elements; estimated 18 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_warp(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
