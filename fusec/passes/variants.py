@@ -156,7 +156,16 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
     kept = sum(max(a.type.itemsize, 4) for a in cached)
     narrow = any(a.type.itemsize < 4 for a in cached)  # a row kept converted to 32 bits
     # values kept between passes (a narrow row's conversion to 32 bits among them)
-    kept_between = sum(len(kept_here) for kept_here in held_values(kernel.body.instrs, row_schedule(kernel))[1])
+    effective, keeps = held_values(kernel.body.instrs, row_schedule(kernel))
+    kept_between = sum(len(kept_here) for kept_here in keeps)
+    # Nothing of the row kept between passes (each array read in one pass, no value kept, no
+    # log-sum-exp, which keeps its inputs for the sum after the max): the unrolled vectors are
+    # each used as they come (`_unheld_registers`).
+    holds = bool(cached) or kept_between > 0 or any(ins.op == "row_lse" for ins in kernel.body.instrs)
+    # the registers of one vector of each array the row's stores pass reads (none where it reduces only)
+    element_pass = effective[-1] if any(a.present[-1] for a, _ in kernel.stores) else frozenset()
+    streamed = {kernel.body.instrs[i].attr for i in element_pass if kernel.body.instrs[i].op == "load"}
+    streamed = sum(a.type.itemsize for a in kernel.loads if a.present[-1] and a.value in streamed) * width / 4
     # A streaming cluster loads its array of whole rows ahead (one read once too, as cross-entropy's
     # logits), its next row's vectors as they are in memory (bf16 packed; whether they fit is judged
     # with them at 32 bits an element, the margin ptxas needs); an
@@ -197,7 +206,10 @@ def _row_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEstim
                 # ptxas then keeps about 8 more (measured on the examples)
                 roomy = RESIDENT_ROOMY_REGS if threads == 512 else 0
                 cluster = f"_c{blocks}" if blocks > 1 else ""
-                registers = regs(warp, round(count * w * peak) + roomy)
+                registers = regs(warp, round(count * w * peak) + roomy) if holds else \
+                    _unheld_registers(estimate, variant_shape(form, w), threads, count, count * w * peak, streamed)
+                if threads < 32:  # several rows a warp: each group's row, lane and whether its row is live
+                    registers += SUBWARP_ROW_REGS
                 # streaming (target.CLUSTER_FORM): the next row's kept vectors beside this one's,
                 # where its block can still have them all; not a narrow row converted and kept
                 # beside another value kept between passes (ptxas, sm_90: bf16 softmax's c4_r256,
@@ -282,6 +294,33 @@ def _chunk_variants(kernel: Kernel, form: RowBlock, slot_of, estimate: KernelEst
     return tuple(sorted(out, key=lambda v: (v.row_resident == 0, v.max_row or 0, v.elements_per_thread == 1)))
 
 
+def _unheld_registers(estimate: KernelEstimate, shape, threads: int, count: int, loaded: float,
+                      streamed: float) -> int:
+    """A row "held" in registers of which nothing is kept between passes (LayerNorm's
+    normalisation after its statistics kernel, RMSNorm's backward statistics, a lone
+    row_max or row_sum): each unrolled vector is used as it is loaded, and ptxas keeps
+    at most UNHELD_LOADS_REGS of them in flight, not the `loaded` registers of all the
+    thread's vectors the row's peak says (ptxas, sm_90, 3 arrays read once: 29-40
+    registers for 16 and 32 elements a thread where that said 40-66). Under
+    __launch_bounds__(threads, 1) (blocks of more than BLOCK_SIZE) ptxas issues the
+    loads of the pass that stores the row for all its vectors at once (`streamed`: one
+    vector of each array that pass reads), up to the registers a thread may have: f32
+    LayerNorm's normalisation (x, w, b), 64 for 4 vectors a thread of 512 and of 1024
+    (its cap), 96 for 8; in bf16 about half as many (40: estimated 64, over). A pass
+    that only reduces keeps no more (RMSNorm's backward statistics, 26)."""
+    in_flight = min(loaded, UNHELD_LOADS_REGS)
+    if threads > BLOCK_SIZE and streamed:
+        in_flight = max(in_flight, count * streamed)
+    return min(REGISTER_FILE // threads, estimate(replace(shape, resident=max(1, round(in_flight)))))
+
+
+# The registers of loads in flight in a row held in registers of which nothing is kept
+# between passes: the unfused row_max/row_sum/row_mean kernels (one array read once) took
+# 24 registers for 16 elements a thread and 30-32 for 32 (8 and 16 of loads, the
+# row's estimate); three arrays read once, 29-40 for either.
+UNHELD_LOADS_REGS = 16
+
+
 # A streaming cluster kernel's registers beyond the resident one's and its next
 # row's vectors: the loop over its rows and the next row's addresses (ptxas, sm_90,
 # the examples' streaming functions: within 10 % over, bf16 LayerNorm's statistics
@@ -335,6 +374,10 @@ CHUNK_TILE_BYTES = 32 * 1024
 # register, the others one.
 RESIDENT_ONCE = 0.5
 RESIDENT_ROOMY_REGS = 8
+# A row held by a group of fewer than 32 lanes (8 or 16: several rows a warp): ptxas,
+# sm_90, 2-9 registers more than the warp a row of the same kernel (median 5: softmax
+# 40 against 31, RMSNorm 39 against 34, bf16 LayerNorm's normalisation 37 against 32).
+SUBWARP_ROW_REGS = 4
 
 
 def _resident_peak(kernel: Kernel, cached: list) -> float:

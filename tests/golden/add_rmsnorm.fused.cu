@@ -378,7 +378,7 @@ extern "C" __global__ void add_rmsnorm_k0(
         y[i] = v12;
     }
 }
-// add_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 49 registers.
+// add_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 53 registers.
 extern "C" __global__ void add_rmsnorm_k0_r8_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -450,7 +450,7 @@ extern "C" __global__ void add_rmsnorm_k0_r8_v4(
       }
     }
 }
-// add_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 49 registers.
+// add_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 53 registers.
 extern "C" __global__ void add_rmsnorm_k0_r16_v4(
     const float* __restrict__ x,
     const float* __restrict__ residual,
@@ -1695,7 +1695,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0(
         y[i] = __float2bfloat16_rn(v17);
     }
 }
-// add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 41 registers.
+// add_rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 45 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,
@@ -1771,7 +1771,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k0_r8_v8(
       }
     }
 }
-// add_rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 41 registers.
+// add_rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 45 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ residual,

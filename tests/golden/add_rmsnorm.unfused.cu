@@ -335,7 +335,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// add_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r8_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -372,7 +372,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// add_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void add_rmsnorm_k1_row_mean_r16_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -546,7 +546,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// add_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// add_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k1_row_mean_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -733,7 +733,7 @@ extern "C" __global__ void add_rmsnorm_k1_row_mean_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// add_rmsnorm_k1_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// add_rmsnorm_k1_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_k1_row_mean_c16_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1206,7 +1206,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
+// add_rmsnorm_bf16_k1_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1244,7 +1244,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r8_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
+// add_rmsnorm_bf16_k1_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1423,7 +1423,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_r256_v8(
         row_mean_0[row] = v3;
     }
 }
-// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
+// add_rmsnorm_bf16_k1_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1580,7 +1580,7 @@ extern "C" __global__ void add_rmsnorm_bf16_k1_row_mean_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// add_rmsnorm_bf16_k1_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+// add_rmsnorm_bf16_k1_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) add_rmsnorm_bf16_k1_row_mean_c16_r512_v8(
     const __nv_bfloat16* __restrict__ h,
     float* __restrict__ row_mean_0,

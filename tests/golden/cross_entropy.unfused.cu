@@ -335,7 +335,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// cross_entropy_k1_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -386,7 +386,7 @@ extern "C" __global__ void cross_entropy_k1_row_logsumexp_r8_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_k1_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// cross_entropy_k1_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void cross_entropy_k1_row_logsumexp_r16_v4(
     const float* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -1021,7 +1021,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 23 registers.
+// cross_entropy_k2_row_pick_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1057,7 +1057,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r8_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 23 registers.
+// cross_entropy_k2_row_pick_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 27 registers.
 extern "C" __global__ void cross_entropy_k2_row_pick_r16_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1223,7 +1223,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_r256_v4(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 31 registers.
+// cross_entropy_k2_row_pick_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 23 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -1395,7 +1395,7 @@ extern "C" __global__ void cross_entropy_k2_row_pick_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_k2_row_pick_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 39 registers.
+// cross_entropy_k2_row_pick_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 31 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_k2_row_pick_c16_r512_v4(
     const float* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2009,7 +2009,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -2061,7 +2061,7 @@ extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r8_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// cross_entropy_bf16_k1_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// cross_entropy_bf16_k1_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void cross_entropy_bf16_k1_row_logsumexp_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     float* __restrict__ row_logsumexp_0,
@@ -2661,7 +2661,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 19 registers.
+// cross_entropy_bf16_k2_row_pick_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2698,7 +2698,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r8_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 19 registers.
+// cross_entropy_bf16_k2_row_pick_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 23 registers.
 extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r16_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -2869,7 +2869,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_r256_v8(
         row_pick_1[row] = picked;
     }
 }
-// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 31 registers.
+// cross_entropy_bf16_k2_row_pick_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 23 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,
@@ -3013,7 +3013,7 @@ extern "C" __global__ void cross_entropy_bf16_k2_row_pick_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// cross_entropy_bf16_k2_row_pick_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 31 registers.
+// cross_entropy_bf16_k2_row_pick_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 23 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) cross_entropy_bf16_k2_row_pick_c16_r512_v8(
     const __nv_bfloat16* __restrict__ logits,
     const long long* __restrict__ label,

@@ -422,7 +422,7 @@ extern "C" __global__ void layernorm_k0(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 59 registers.
+// layernorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 63 registers.
 extern "C" __global__ void layernorm_k0_r8_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -514,7 +514,7 @@ extern "C" __global__ void layernorm_k0_r8_v4(
         rstd[row] = v7;
     }
 }
-// layernorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 59 registers.
+// layernorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 63 registers.
 extern "C" __global__ void layernorm_k0_r16_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -2043,7 +2043,7 @@ extern "C" __global__ void layernorm_bf16_k0(
         rstd[row] = v9;
     }
 }
-// layernorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 59 registers.
+// layernorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 63 registers.
 extern "C" __global__ void layernorm_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -2139,7 +2139,7 @@ extern "C" __global__ void layernorm_bf16_k0_r8_v8(
         rstd[row] = v7;
     }
 }
-// layernorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 59 registers.
+// layernorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 63 registers.
 extern "C" __global__ void layernorm_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,

@@ -284,7 +284,7 @@ extern "C" __global__ void layernorm_k0_row_mean(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// layernorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -320,7 +320,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r8_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// layernorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void layernorm_k0_row_mean_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -489,7 +489,7 @@ extern "C" __global__ void layernorm_k0_row_mean_r256_v4(
         mean[row] = v1;
     }
 }
-// layernorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// layernorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -671,7 +671,7 @@ extern "C" __global__ void layernorm_k0_row_mean_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// layernorm_k0_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// layernorm_k0_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_k0_row_mean_c16_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ mean,
@@ -852,7 +852,7 @@ extern "C" __global__ void layernorm_k1_row_var(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// layernorm_k1_row_var_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void layernorm_k1_row_var_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -907,7 +907,7 @@ extern "C" __global__ void layernorm_k1_row_var_r8_v4(
         row_var_0[row] = v5;
     }
 }
-// layernorm_k1_row_var_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// layernorm_k1_row_var_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void layernorm_k1_row_var_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -1962,7 +1962,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
+// layernorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -1999,7 +1999,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r8_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
+// layernorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void layernorm_bf16_k0_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -2173,7 +2173,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_r256_v8(
         mean[row] = v2;
     }
 }
-// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
+// layernorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -2326,7 +2326,7 @@ extern "C" __global__ void layernorm_bf16_k0_row_mean_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// layernorm_bf16_k0_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+// layernorm_bf16_k0_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) layernorm_bf16_k0_row_mean_c16_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ mean,
@@ -2515,7 +2515,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var(
         row_var_0[row] = v7;
     }
 }
-// layernorm_bf16_k1_row_var_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// layernorm_bf16_k1_row_var_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,
@@ -2572,7 +2572,7 @@ extern "C" __global__ void layernorm_bf16_k1_row_var_r8_v8(
         row_var_0[row] = v5;
     }
 }
-// layernorm_bf16_k1_row_var_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// layernorm_bf16_k1_row_var_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void layernorm_bf16_k1_row_var_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_var_0,

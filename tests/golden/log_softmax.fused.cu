@@ -307,7 +307,7 @@ extern "C" __global__ void log_softmax_k0(
         y[i] = v2;
     }
 }
-// log_softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// log_softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_k0_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -372,7 +372,7 @@ extern "C" __global__ void log_softmax_k0_r8_v4(
       }
     }
 }
-// log_softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// log_softmax_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_k0_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ y,
@@ -1436,7 +1436,7 @@ extern "C" __global__ void log_softmax_bf16_k0(
         y[i] = __float2bfloat16_rn(v4);
     }
 }
-// log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// log_softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,
@@ -1503,7 +1503,7 @@ extern "C" __global__ void log_softmax_bf16_k0_r8_v8(
       }
     }
 }
-// log_softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// log_softmax_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     __nv_bfloat16* __restrict__ y,

@@ -282,7 +282,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// log_softmax_k0_row_logsumexp_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -333,7 +333,7 @@ extern "C" __global__ void log_softmax_k0_row_logsumexp_r8_v4(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_k0_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// log_softmax_k0_row_logsumexp_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_k0_row_logsumexp_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1251,7 +1251,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 33 registers.
+// log_softmax_bf16_k0_row_logsumexp_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,
@@ -1303,7 +1303,7 @@ extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r8_v8(
         row_logsumexp_0[row] = lse;
     }
 }
-// log_softmax_bf16_k0_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 33 registers.
+// log_softmax_bf16_k0_row_logsumexp_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 37 registers.
 extern "C" __global__ void log_softmax_bf16_k0_row_logsumexp_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_logsumexp_0,

@@ -626,7 +626,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0(
         y[i] = v16;
     }
 }
-// bias_residual_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 57 registers.
+// bias_residual_rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 61 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r8_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,
@@ -702,7 +702,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r8_v4(
       }
     }
 }
-// bias_residual_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 57 registers.
+// bias_residual_rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 61 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k0_r16_v4(
     const float* __restrict__ d,
     const float* __restrict__ b,

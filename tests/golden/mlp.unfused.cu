@@ -667,7 +667,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// bias_residual_rmsnorm_k1_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r8_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -704,7 +704,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// bias_residual_rmsnorm_k1_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r16_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -878,7 +878,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// bias_residual_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// bias_residual_rmsnorm_k1_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k1_row_mean_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,
@@ -1065,7 +1065,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k1_row_mean_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// bias_residual_rmsnorm_k1_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// bias_residual_rmsnorm_k1_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) bias_residual_rmsnorm_k1_row_mean_c16_r512_v4(
     const float* __restrict__ h,
     float* __restrict__ row_mean_0,

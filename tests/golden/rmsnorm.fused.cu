@@ -356,7 +356,7 @@ extern "C" __global__ void rmsnorm_k0(
         y[i] = v8;
     }
 }
-// rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 40 registers.
+// rmsnorm_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 44 registers.
 extern "C" __global__ void rmsnorm_k0_r8_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -418,7 +418,7 @@ extern "C" __global__ void rmsnorm_k0_r8_v4(
       }
     }
 }
-// rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 40 registers.
+// rmsnorm_k0_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 44 registers.
 extern "C" __global__ void rmsnorm_k0_r16_v4(
     const float* __restrict__ x,
     const float* __restrict__ w,
@@ -1514,7 +1514,7 @@ extern "C" __global__ void rmsnorm_bf16_k0(
         y[i] = __float2bfloat16_rn(v11);
     }
 }
-// rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 32 registers.
+// rmsnorm_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 36 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,
@@ -1579,7 +1579,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_r8_v8(
       }
     }
 }
-// rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 32 registers.
+// rmsnorm_bf16_k0_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 36 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ w,

@@ -286,7 +286,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// rmsnorm_k0_row_mean_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -323,7 +323,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r8_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// rmsnorm_k0_row_mean_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void rmsnorm_k0_row_mean_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -497,7 +497,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_r256_v4(
         row_mean_0[row] = v2;
     }
 }
-// rmsnorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// rmsnorm_k0_row_mean_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_row_mean_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -684,7 +684,7 @@ extern "C" __global__ void rmsnorm_k0_row_mean_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// rmsnorm_k0_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// rmsnorm_k0_row_mean_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_k0_row_mean_c16_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1108,7 +1108,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
+// rmsnorm_bf16_k0_row_mean_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1146,7 +1146,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r8_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
+// rmsnorm_bf16_k0_row_mean_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1325,7 +1325,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_r256_v8(
         row_mean_0[row] = v3;
     }
 }
-// rmsnorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
+// rmsnorm_bf16_k0_row_mean_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_row_mean_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,
@@ -1482,7 +1482,7 @@ extern "C" __global__ void rmsnorm_bf16_k0_row_mean_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// rmsnorm_bf16_k0_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+// rmsnorm_bf16_k0_row_mean_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) rmsnorm_bf16_k0_row_mean_c16_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ row_mean_0,

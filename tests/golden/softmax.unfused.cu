@@ -280,7 +280,7 @@ extern "C" __global__ void softmax_k0_row_max(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// softmax_k0_row_max_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void softmax_k0_row_max_r8_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -314,7 +314,7 @@ extern "C" __global__ void softmax_k0_row_max_r8_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// softmax_k0_row_max_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void softmax_k0_row_max_r16_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -473,7 +473,7 @@ extern "C" __global__ void softmax_k0_row_max_r256_v4(
         m[row] = acc;
     }
 }
-// softmax_k0_row_max_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// softmax_k0_row_max_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -645,7 +645,7 @@ extern "C" __global__ void softmax_k0_row_max_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// softmax_k0_row_max_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// softmax_k0_row_max_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_row_max_c16_r512_v4(
     const float* __restrict__ x,
     float* __restrict__ m,
@@ -807,7 +807,7 @@ extern "C" __global__ void softmax_k2_row_sum(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// softmax_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void softmax_k2_row_sum_r8_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -841,7 +841,7 @@ extern "C" __global__ void softmax_k2_row_sum_r8_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// softmax_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void softmax_k2_row_sum_r16_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1000,7 +1000,7 @@ extern "C" __global__ void softmax_k2_row_sum_r256_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// softmax_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1172,7 +1172,7 @@ extern "C" __global__ void softmax_k2_row_sum_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// softmax_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// softmax_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_k2_row_sum_c16_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -1569,7 +1569,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 20 registers.
+// softmax_bf16_k0_row_max_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r8_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1604,7 +1604,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r8_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 20 registers.
+// softmax_bf16_k0_row_max_r16_v8: 16 lanes per row (16 rows a block), the row held in registers (2 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
 extern "C" __global__ void softmax_bf16_k0_row_max_r16_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1768,7 +1768,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_r256_v8(
         m[row] = acc;
     }
 }
-// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 32 registers.
+// softmax_bf16_k0_row_max_r512_v8: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 16384 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -1913,7 +1913,7 @@ extern "C" __global__ void softmax_bf16_k0_row_max_c16_r256_v8(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// softmax_bf16_k0_row_max_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
+// softmax_bf16_k0_row_max_c16_r512_v8: a cluster of 16 blocks of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 262144 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_row_max_c16_r512_v8(
     const __nv_bfloat16* __restrict__ x,
     float* __restrict__ m,
@@ -2079,7 +2079,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 24 registers.
+// softmax_bf16_k2_row_sum_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 28 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r8_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -2113,7 +2113,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r8_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 24 registers.
+// softmax_bf16_k2_row_sum_r16_v4: 16 lanes per row (16 rows a block), the row held in registers (4 vectors a thread), for rows of at most 256 elements; estimated 28 registers.
 extern "C" __global__ void softmax_bf16_k2_row_sum_r16_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -2272,7 +2272,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_r256_v4(
         row_sum_0[row] = acc;
     }
 }
-// softmax_bf16_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 32 registers.
+// softmax_bf16_k2_row_sum_r512_v4: one block of 512 per row, the row held in registers (4 vectors a thread), for rows of at most 8192 elements; estimated 24 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
@@ -2444,7 +2444,7 @@ extern "C" __global__ void softmax_bf16_k2_row_sum_c16_r256_v4(
     }
     fz_cluster_exit();  // the others may still read this block's shared memory
 }
-// softmax_bf16_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 40 registers.
+// softmax_bf16_k2_row_sum_c16_r512_v4: a cluster of 16 blocks of 512 per row, the row held in registers (8 vectors a thread), for rows of at most 262144 elements; estimated 32 registers.
 extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k2_row_sum_c16_r512_v4(
     const float* __restrict__ e,
     float* __restrict__ row_sum_0,
