@@ -37,6 +37,18 @@ def test_a_memory_bound_chain_fuses_into_one_kernel_and_says_why():
     assert sum(k.prediction.us for k in unfused.interface.kernels) > 2.5 * launch.prediction.us
 
 
+def test_a_row_kernels_per_row_outputs_are_priced_once_a_row():
+    """Softmax storing its rows' max and sum as well moves the same bytes an element as
+    softmax alone (8 with f32 rows): a value of a row is stored once a row, not an element."""
+    softmax = "m = row_max(x); e = exp(x - m); s = row_sum(e); y = e / s;"
+    plain = compile_pipeline(program(f"pipeline p(x: f32[r, c]) -> (y: f32[r, c]) {{ {softmax} }}"), "p")
+    stats = compile_pipeline(program("pipeline p(x: f32[r, c]) -> (y: f32[r, c], m: f32[r, 1], s: f32[r, 1]) "
+                                     f"{{ {softmax} }}"), "p")
+    (row,), (with_stats,) = plain.interface.kernels, stats.interface.kernels
+    assert row.prediction.bytes_per_element == with_stats.prediction.bytes_per_element == 8
+    assert with_stats.prediction.us == pytest.approx(row.prediction.us, rel=0.01)
+
+
 def test_a_compute_heavy_stage_beside_a_copy_like_one_fuses_to_hide_the_copy():
     p = program("pipeline p(x: f32[n], w: f32[n]) -> (y: f32[n], z: f32[n]) {\n"
                 "    y = erf(sin(x) * atan2(x, 1.5)) + log1p(abs(tanh(x))) * exp(-x * x);\n"

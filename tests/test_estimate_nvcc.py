@@ -182,3 +182,18 @@ pipeline stats(x: f32[rows, cols], w: f32[cols], g: f32[rows, cols]) -> (r: f32[
     assert len(resident) >= 12
     # in blocks of 512 and 1024 ptxas took 26 (estimated 34: over, left)
     assert [m for m in _misses(resident, usage) if not m[0].endswith(("_r512_v4", "_r1024_v4"))] == []
+
+
+def test_layernorm_normalisation_row_kernel_within_bound():
+    """LayerNorm under 64 registers: its normalisation (rstd and y from the statistics,
+    x, w and b) is a row kernel of its own, with no reduction and nothing kept between
+    passes. Its variants holding the row in registers were estimated for the whole row
+    (64 registers in clusters of 256 where ptxas took 34); under __launch_bounds__ the
+    loads of all its vectors issue at once (64 registers in blocks of 512 and 1024,
+    estimated 48 and 40: far under)."""
+    from helpers import ROOT
+    layernorm = (ROOT / "examples" / "layernorm.fz").read_text()
+    functions, reductions, usage = _row_functions(layernorm, "layernorm", max_regs=64)
+    normalise = [f for f in functions if reductions[f.name] == 0]
+    assert len(normalise) >= 12, "LayerNorm under 64 registers: its normalisation a row kernel of its own"
+    assert _misses(normalise, usage) == []

@@ -19,7 +19,7 @@ from helpers import EXAMPLES, ROOT
 import fusec
 from fusec.errors import FzError, Source
 from fusec.frontend import check_source
-from fusec.compiler import compile_pipeline
+from fusec.compiler import CompileOptions, compile_pipeline
 from fusec.frontend.grad import backward_program, backward_source, choose_backward, saveable_outputs
 from fusec.ir.kernels import row_schedule
 from fusec.passes.lower import lower
@@ -408,6 +408,12 @@ def test_a_row_reductions_backward_sums_only_what_varies_along_the_row(example, 
     assert "isnan" not in grad.source.text
     compiled = compile_pipeline(grad, f"{pipeline}_grad")
     rows = [k.kernel for k in compiled.interface.kernels if k.kernel.rows]
+    assert rows and all(row_schedule(k).reductions <= 1 for k in rows)
+    # One row kernel where everything of the row is fused (the cost model may split it: bf16
+    # RMSNorm's row_mean over x in a kernel of its own, its per-row output priced once a row,
+    # 195 µs predicted against 199 for the one kernel)
+    fused = compile_pipeline(grad, f"{pipeline}_grad", CompileOptions(fuse="all"))
+    rows = [k.kernel for k in fused.interface.kernels if k.kernel.rows]
     assert rows and all(row_schedule(k).reductions <= 1 for k in rows)
     assert len(rows) == 1 or example == "cross_entropy"  # its loss's mean: column sums between
     if example == "rmsnorm":

@@ -185,9 +185,13 @@ def predict(kernel: Kernel, variant: Variant, elements: int, costs: TargetCosts,
         warps = max(1, min(warps, round(grid.chunks * (grid.threads or BLOCK_WARPS * 32) / 32 / costs.sms)))
     if isinstance(grid, ColumnGrid) and grid.total:  # one block of a thread a run: its warps, on one SM of them all
         warps = max(1, min(warps, round(grid.chunks / 32 / costs.sms)))
-    # a row kernel's column sums are stored once a run of rows, not an element
+    # a row kernel's column sums are stored once a run of rows, and its per-row values once a
+    # row (cross-entropy's lse and pick were priced as 8 bytes an element: 199 µs against 84
+    # measured on the H200, BENCHMARKS.md, the tenth session), not an element
+    per_row = isinstance(grid, RowGrid)
     moved = sum(a.type.itemsize for a in kernel.loads if a.contiguous) + \
-        sum(a.type.itemsize for a, at in kernel.stores if (a, at) not in kernel.column_sums)
+        sum(a.type.itemsize for a, at in kernel.stores
+            if (a, at) not in kernel.column_sums and not (per_row and not a.present[-1]))
     # a row held in registers: its vectors loaded in one burst (the next row's too, prefetching)
     held = max(1, variant.row_resident) * (2 if variant.prefetch else 1)
     loaded_per_thread = variant.elements_per_thread * held * \
