@@ -1,7 +1,10 @@
 """The compiler driver: the passes, listed once, in order.
 
-    checked IR --lower--> StageGraph --recompute--> StageGraph --fuse--> Partition --plan--> LaunchInterface
-        --emit--> CUDA C
+    checked IR --lower--> StageGraph --row reciprocals--> StageGraph --recompute--> StageGraph
+        --fuse--> Partition --plan--> LaunchInterface --emit--> CUDA C
+
+(The derived backward and the torch peers start from `lower`'s graph: they print
+and run the source's arithmetic, not the kernels' division by a reciprocal.)
 
 `compile_pipeline` runs them all and keeps every stage's output, so that
 `fusec compile --emit ir|report|cuda` can show any of them.
@@ -19,6 +22,7 @@ from fusec.passes.fusion import FUSE_MODES, FusionOptions, Partition, best_parti
 from fusec.passes.lower import lower
 from fusec.passes.plan import PlanOptions, plan_launches
 from fusec.passes.recompute import recompute
+from fusec.passes.row_reciprocals import divide_by_row_reciprocals
 from fusec.target import DEFAULT_ARCH, check_arch, check_max_regs
 
 
@@ -70,7 +74,7 @@ class Compiled:
 
 def compile_pipeline(program: Program, name: str, options: CompileOptions = CompileOptions()) -> Compiled:
     pipeline = program.pipeline(name)
-    graph = lower(program, pipeline)
+    graph = divide_by_row_reciprocals(lower(program, pipeline))
     fusion = FusionOptions(mode=options.fuse, max_regs=options.max_regs, arch=options.arch, fast_math=options.fast_math)
     recomputed: list = []
     if options.fuse == "auto":

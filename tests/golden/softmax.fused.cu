@@ -250,14 +250,22 @@ extern "C" __global__ void softmax_k0_warp(
         acc_ = fz_sum_op()(acc_, v3);
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
-        const float v4 = x[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y[i] = v7;
+        const float v11 = x[i];
+        const float v12 = v11 - acc;
+        const float v13 = expf(v12);
+        const float v14 = v13 * v8;
+        const float v15 = v14 * v10;
+        y[i] = v15;
     }
 }
 // softmax_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 24 registers.
@@ -291,14 +299,22 @@ extern "C" __global__ void softmax_k0_cached(
         acc_ = fz_sum_op()(acc_, v3);
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v4 = x_row[col];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y[i] = v7;
+        const float v11 = x_row[col];
+        const float v12 = v11 - acc;
+        const float v13 = expf(v12);
+        const float v14 = v13 * v8;
+        const float v15 = v14 * v10;
+        y[i] = v15;
     }
 }
 // softmax_k0: one block per row; estimated 24 registers.
@@ -330,14 +346,22 @@ extern "C" __global__ void softmax_k0(
         acc_ = fz_sum_op()(acc_, v3);
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v4 = x[i];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y[i] = v7;
+        const float v11 = x[i];
+        const float v12 = v11 - acc;
+        const float v13 = expf(v12);
+        const float v14 = v13 * v8;
+        const float v15 = v14 * v10;
+        y[i] = v15;
     }
 }
 // softmax_k0_r8_v4: 8 lanes per row (32 rows a block), the row held in registers (4 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
@@ -390,6 +414,13 @@ extern "C" __global__ void softmax_k0_r8_v4(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8 + lane) * 4;
@@ -399,8 +430,9 @@ extern "C" __global__ void softmax_k0_r8_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -456,6 +488,13 @@ extern "C" __global__ void softmax_k0_r16_v4(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 16 + lane) * 4;
@@ -465,8 +504,9 @@ extern "C" __global__ void softmax_k0_r16_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -520,6 +560,13 @@ extern "C" __global__ void softmax_k0_r32_v4(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 32 + lane) * 4;
@@ -529,8 +576,9 @@ extern "C" __global__ void softmax_k0_r32_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -583,6 +631,13 @@ extern "C" __global__ void softmax_k0_r64_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 4;
@@ -592,8 +647,9 @@ extern "C" __global__ void softmax_k0_r64_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -646,6 +702,13 @@ extern "C" __global__ void softmax_k0_r128_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 4;
@@ -655,8 +718,9 @@ extern "C" __global__ void softmax_k0_r128_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -709,6 +773,13 @@ extern "C" __global__ void softmax_k0_r256_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 4;
@@ -718,8 +789,9 @@ extern "C" __global__ void softmax_k0_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -772,6 +844,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 4;
@@ -781,8 +860,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -835,6 +915,13 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + threadIdx.x) * 4;
@@ -844,8 +931,9 @@ extern "C" __global__ void __launch_bounds__(1024, 1) softmax_k0_r1024_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -905,6 +993,13 @@ extern "C" __global__ void softmax_k0_c4_r256_v4(
     }
     __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
     acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 1024 + t) * 4;
@@ -914,8 +1009,9 @@ extern "C" __global__ void softmax_k0_c4_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -975,6 +1071,13 @@ extern "C" __global__ void softmax_k0_c8_r256_v4(
     }
     __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
     acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 2048 + t) * 4;
@@ -984,8 +1087,9 @@ extern "C" __global__ void softmax_k0_c8_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -1043,6 +1147,13 @@ extern "C" __global__ void softmax_k0_c16_r256_v4(
     }
     __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
     acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 4096 + t) * 4;
@@ -1052,8 +1163,9 @@ extern "C" __global__ void softmax_k0_c16_r256_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -1112,6 +1224,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_c16_r512_v4(
     }
     __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
     acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       const long long c = ((long long)r * 8192 + t) * 4;
@@ -1121,8 +1240,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_k0_c16_r512_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = held[r].v[k] / acc_;
-        y_out.v[k] = v4;
+        const float v11 = held[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = v12;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
       }
@@ -1166,6 +1286,13 @@ extern "C" __global__ void softmax_k0_v4(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
     for (long long c = (long long)threadIdx.x * 4; c < e1; c += (long long)blockDim.x * 4) {
         const long long i = row * e1 + c;
         const fz_vec<float, 4> x_v__ = *reinterpret_cast<const fz_vec<float, 4>*>(x + i);
@@ -1173,11 +1300,12 @@ extern "C" __global__ void softmax_k0_v4(
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const long long col = c + k;
-        const float v4 = x_v__.v[k];
-        const float v5 = v4 - acc;
-        const float v6 = expf(v5);
-        const float v7 = v6 / acc_;
-        y_out.v[k] = v7;
+        const float v11 = x_v__.v[k];
+        const float v12 = v11 - acc;
+        const float v13 = expf(v12);
+        const float v14 = v13 * v8;
+        const float v15 = v14 * v10;
+        y_out.v[k] = v15;
       }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
     }
@@ -1439,15 +1567,23 @@ extern "C" __global__ void softmax_bf16_k0_warp(
         acc_ = fz_sum_op()(acc_, v5);
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v6 = fabsf(acc_);
+    const bool v7 = v6 < 5.421011e-20f;
+    const bool v8 = v6 > 1.8446744e+19f;
+    const float v9 = v8 ? 5.421011e-20f : 1.0f;
+    const float v10 = v7 ? 1.8446744e+19f : v9;
+    const float v11 = acc_ * v10;
+    const float v12 = 1.0f / v11;
     for (long long col = lane; col < e1; col += 32) {
         const long long i = row * e1 + col;
 
-        const float v6 = __bfloat162float(x[i]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        y[i] = __float2bfloat16_rn(v10);
+        const float v13 = __bfloat162float(x[i]);
+        const float v14 = (float)v13;
+        const float v15 = v14 - acc;
+        const float v16 = expf(v15);
+        const float v17 = v16 * v10;
+        const float v18 = v17 * v12;
+        y[i] = __float2bfloat16_rn(v18);
     }
 }
 // softmax_bf16_k0_cached: one block per row, its inputs kept in shared memory between passes; estimated 24 registers.
@@ -1483,15 +1619,23 @@ extern "C" __global__ void softmax_bf16_k0_cached(
         acc_ = fz_sum_op()(acc_, v5);
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v6 = fabsf(acc_);
+    const bool v7 = v6 < 5.421011e-20f;
+    const bool v8 = v6 > 1.8446744e+19f;
+    const float v9 = v8 ? 5.421011e-20f : 1.0f;
+    const float v10 = v7 ? 1.8446744e+19f : v9;
+    const float v11 = acc_ * v10;
+    const float v12 = 1.0f / v11;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v6 = __bfloat162float(x_row[col]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        y[i] = __float2bfloat16_rn(v10);
+        const float v13 = __bfloat162float(x_row[col]);
+        const float v14 = (float)v13;
+        const float v15 = v14 - acc;
+        const float v16 = expf(v15);
+        const float v17 = v16 * v10;
+        const float v18 = v17 * v12;
+        y[i] = __float2bfloat16_rn(v18);
     }
 }
 // softmax_bf16_k0: one block per row; estimated 24 registers.
@@ -1525,15 +1669,23 @@ extern "C" __global__ void softmax_bf16_k0(
         acc_ = fz_sum_op()(acc_, v5);
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v6 = fabsf(acc_);
+    const bool v7 = v6 < 5.421011e-20f;
+    const bool v8 = v6 > 1.8446744e+19f;
+    const float v9 = v8 ? 5.421011e-20f : 1.0f;
+    const float v10 = v7 ? 1.8446744e+19f : v9;
+    const float v11 = acc_ * v10;
+    const float v12 = 1.0f / v11;
     for (long long col = threadIdx.x; col < e1; col += blockDim.x) {
         const long long i = row * e1 + col;
 
-        const float v6 = __bfloat162float(x[i]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        y[i] = __float2bfloat16_rn(v10);
+        const float v13 = __bfloat162float(x[i]);
+        const float v14 = (float)v13;
+        const float v15 = v14 - acc;
+        const float v16 = expf(v15);
+        const float v17 = v16 * v10;
+        const float v18 = v17 * v12;
+        y[i] = __float2bfloat16_rn(v18);
     }
 }
 // softmax_bf16_k0_r8_v8: 8 lanes per row (32 rows a block), the row held in registers (2 vectors a thread), for rows of at most 128 elements; estimated 37 registers.
@@ -1588,6 +1740,13 @@ extern "C" __global__ void softmax_bf16_k0_r8_v8(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 8);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 8 + lane) * 8;
@@ -1597,8 +1756,9 @@ extern "C" __global__ void softmax_bf16_k0_r8_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1656,6 +1816,13 @@ extern "C" __global__ void softmax_bf16_k0_r16_v8(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op(), 16);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 16 + lane) * 8;
@@ -1665,8 +1832,9 @@ extern "C" __global__ void softmax_bf16_k0_r16_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1722,6 +1890,13 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
       }
     }
     acc_ = fz_warp_combine(acc_, fz_sum_op());
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 32 + lane) * 8;
@@ -1731,8 +1906,9 @@ extern "C" __global__ void softmax_bf16_k0_r32_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1787,6 +1963,13 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long c = ((long long)r * 64 + threadIdx.x) * 8;
@@ -1796,8 +1979,9 @@ extern "C" __global__ void softmax_bf16_k0_r64_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1852,6 +2036,13 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 128 + threadIdx.x) * 8;
@@ -1861,8 +2052,9 @@ extern "C" __global__ void softmax_bf16_k0_r128_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1917,6 +2109,13 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 256 + threadIdx.x) * 8;
@@ -1926,8 +2125,9 @@ extern "C" __global__ void softmax_bf16_k0_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -1982,6 +2182,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 512 + threadIdx.x) * 8;
@@ -1991,8 +2198,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_r512_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2054,6 +2262,13 @@ extern "C" __global__ void softmax_bf16_k0_c4_r256_v8(
     }
     __shared__ decltype(acc_) cluster_[4];  // each block's value, written by that block
     acc_ = fz_cluster_combine_push<4>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 1024 + t) * 8;
@@ -2063,8 +2278,9 @@ extern "C" __global__ void softmax_bf16_k0_c4_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2126,6 +2342,13 @@ extern "C" __global__ void softmax_bf16_k0_c8_r256_v8(
     }
     __shared__ decltype(acc_) cluster_[8];  // each block's value, written by that block
     acc_ = fz_cluster_combine_push<8>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 2048 + t) * 8;
@@ -2135,8 +2358,9 @@ extern "C" __global__ void softmax_bf16_k0_c8_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2196,6 +2420,13 @@ extern "C" __global__ void softmax_bf16_k0_c16_r256_v8(
     }
     __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
     acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 4096 + t) * 8;
@@ -2205,8 +2436,9 @@ extern "C" __global__ void softmax_bf16_k0_c16_r256_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2267,6 +2499,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_c16_r512_v8
     }
     __shared__ decltype(acc_) cluster_[2];  // the block's value, read by the others; the row's
     acc_ = fz_cluster_combine_pull<16>(acc_, fz_sum_op(), partial_float, cluster_);
+    const float v4 = fabsf(acc_);
+    const bool v5 = v4 < 5.421011e-20f;
+    const bool v6 = v4 > 1.8446744e+19f;
+    const float v7 = v6 ? 5.421011e-20f : 1.0f;
+    const float v8 = v5 ? 1.8446744e+19f : v7;
+    const float v9 = acc_ * v8;
+    const float v10 = 1.0f / v9;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const long long c = ((long long)r * 8192 + t) * 8;
@@ -2276,8 +2515,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) softmax_bf16_k0_c16_r512_v8
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v4 = held_[r].v[k] / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v4);
+        const float v11 = held_[r].v[k] * v8;
+        const float v12 = v11 * v10;
+        y_out.v[k] = __float2bfloat16_rn(v12);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
       }
@@ -2323,6 +2563,13 @@ extern "C" __global__ void softmax_bf16_k0_v8(
       }
     }
     acc_ = fz_block_combine(acc_, fz_sum_op(), partial_float);
+    const float v6 = fabsf(acc_);
+    const bool v7 = v6 < 5.421011e-20f;
+    const bool v8 = v6 > 1.8446744e+19f;
+    const float v9 = v8 ? 5.421011e-20f : 1.0f;
+    const float v10 = v7 ? 1.8446744e+19f : v9;
+    const float v11 = acc_ * v10;
+    const float v12 = 1.0f / v11;
     for (long long c = (long long)threadIdx.x * 8; c < e1; c += (long long)blockDim.x * 8) {
         const long long i = row * e1 + c;
         const fz_vec<__nv_bfloat16, 8> x_v__ = *reinterpret_cast<const fz_vec<__nv_bfloat16, 8>*>(x + i);
@@ -2330,12 +2577,13 @@ extern "C" __global__ void softmax_bf16_k0_v8(
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const long long col = c + k;
-        const float v6 = __bfloat162float(x_v__.v[k]);
-        const float v7 = (float)v6;
-        const float v8 = v7 - acc;
-        const float v9 = expf(v8);
-        const float v10 = v9 / acc_;
-        y_out.v[k] = __float2bfloat16_rn(v10);
+        const float v13 = __bfloat162float(x_v__.v[k]);
+        const float v14 = (float)v13;
+        const float v15 = v14 - acc;
+        const float v16 = expf(v15);
+        const float v17 = v16 * v10;
+        const float v18 = v17 * v12;
+        y_out.v[k] = __float2bfloat16_rn(v18);
       }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }

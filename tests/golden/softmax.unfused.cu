@@ -1252,11 +1252,19 @@ extern "C" __global__ void softmax_k3_y(
     const long long c0 = fz_quot(i, e1);
     const float v0 = e[i];
     const float v1 = row_sum_0[c0];
-    const float v2 = v0 / v1;
-    y[i] = v2;
+    const float v2 = fabsf(v1);
+    const bool v3 = v2 < 5.421011e-20f;
+    const bool v4 = v2 > 1.8446744e+19f;
+    const float v5 = v4 ? 5.421011e-20f : 1.0f;
+    const float v6 = v3 ? 1.8446744e+19f : v5;
+    const float v7 = v1 * v6;
+    const float v8 = 1.0f / v7;
+    const float v9 = v0 * v6;
+    const float v10 = v9 * v8;
+    y[i] = v10;
 }
 
-// softmax_k3_y_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 22 registers.
+// softmax_k3_y_v4: the same, 4 elements per thread (each array one aligned vector of them); estimated 21 registers.
 extern "C" __global__ void softmax_k3_y_v4(
     const float* __restrict__ e,
     const float* __restrict__ row_sum_0,
@@ -1276,8 +1284,16 @@ extern "C" __global__ void softmax_k3_y_v4(
         for (int k = 0; k < 4; ++k) {
             const float v0 = e_v.v[k];
             const float v1 = row_sum_0_s;
-            const float v2 = v0 / v1;
-            y_out.v[k] = v2;
+            const float v2 = fabsf(v1);
+            const bool v3 = v2 < 5.421011e-20f;
+            const bool v4 = v2 > 1.8446744e+19f;
+            const float v5 = v4 ? 5.421011e-20f : 1.0f;
+            const float v6 = v3 ? 1.8446744e+19f : v5;
+            const float v7 = v1 * v6;
+            const float v8 = 1.0f / v7;
+            const float v9 = v0 * v6;
+            const float v10 = v9 * v8;
+            y_out.v[k] = v10;
         }
         *reinterpret_cast<fz_vec<float, 4>*>(y + i) = y_out;
     }
@@ -2524,11 +2540,19 @@ extern "C" __global__ void softmax_bf16_k3_y(
     const long long c0 = fz_quot(i, e1);
     const float v0 = e[i];
     const float v1 = row_sum_0[c0];
-    const float v2 = v0 / v1;
-    y[i] = __float2bfloat16_rn(v2);
+    const float v2 = fabsf(v1);
+    const bool v3 = v2 < 5.421011e-20f;
+    const bool v4 = v2 > 1.8446744e+19f;
+    const float v5 = v4 ? 5.421011e-20f : 1.0f;
+    const float v6 = v3 ? 1.8446744e+19f : v5;
+    const float v7 = v1 * v6;
+    const float v8 = 1.0f / v7;
+    const float v9 = v0 * v6;
+    const float v10 = v9 * v8;
+    y[i] = __float2bfloat16_rn(v10);
 }
 
-// softmax_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 29 registers.
+// softmax_bf16_k3_y_v8: the same, 8 elements per thread (each array one aligned vector of them); estimated 28 registers.
 extern "C" __global__ void softmax_bf16_k3_y_v8(
     const float* __restrict__ e,
     const float* __restrict__ row_sum_0,
@@ -2548,8 +2572,16 @@ extern "C" __global__ void softmax_bf16_k3_y_v8(
         for (int k = 0; k < 8; ++k) {
             const float v0 = e_v.v[k];
             const float v1 = row_sum_0_s;
-            const float v2 = v0 / v1;
-            y_out.v[k] = __float2bfloat16_rn(v2);
+            const float v2 = fabsf(v1);
+            const bool v3 = v2 < 5.421011e-20f;
+            const bool v4 = v2 > 1.8446744e+19f;
+            const float v5 = v4 ? 5.421011e-20f : 1.0f;
+            const float v6 = v3 ? 1.8446744e+19f : v5;
+            const float v7 = v1 * v6;
+            const float v8 = 1.0f / v7;
+            const float v9 = v0 * v6;
+            const float v10 = v9 * v8;
+            y_out.v[k] = __float2bfloat16_rn(v10);
         }
         *reinterpret_cast<fz_vec<__nv_bfloat16, 8>*>(y + i) = y_out;
     }
