@@ -234,8 +234,9 @@ def test_op_runs_on_a_side_stream():
 
 
 def test_scalars_in_memory_on_the_gpu_are_bit_identical_to_by_value():
-    """The cuda backend's kernels reading a 0-d float64 CuPy array or CUDA tensor, against the
-    by-value module; on every call path (a new value each call); wrong arrays named."""
+    """The cuda backend's kernels reading 0-d float64 CUDA tensors, against the by-value module;
+    on every call path (a new value each call); wrong arrays named. A memory scalar is one of
+    the call's arrays (README): a CuPy one beside torch tensors is refused as two kinds."""
     source = """
 pipeline p(x: bf16[n], s: bf16, t: f32) -> (y: f32[n]) {
     y = f32(x) * s + t;
@@ -243,17 +244,19 @@ pipeline p(x: bf16[n], s: bf16, t: f32) -> (y: f32[n]) {
     by_value = fusec.jit(source, backend="cuda")
     in_memory = fusec.jit(source, backend="cuda", scalars_in_memory=True)
     x = torch.linspace(-3, 3, 4099, device="cuda").to(torch.bfloat16)
+    t = torch.tensor(0.125, dtype=torch.float64, device="cuda")
     for s in (0.0, 1 / 3, 1 + 2 ** -8 + 2 ** -30, -2.5, 1e-39):
         expected = by_value(x, s, 0.125)
-        found = in_memory(x, torch.tensor(s, dtype=torch.float64, device="cuda"),
-                          cp.asarray(np.float64(0.125)))
+        found = in_memory(x, torch.tensor(s, dtype=torch.float64, device="cuda"), t)
         assert torch.equal(found, expected), s
     with pytest.raises(ArgumentError, match=r"parameter 's' \(bf16\) is read from device memory.*on the cpu"):
-        in_memory(x, torch.tensor(0.5, dtype=torch.float64), cp.asarray(np.float64(0.125)))
-    with pytest.raises(ArgumentError, match=r"parameter 't' \(f32\).*NumPy array is in host memory"):
+        in_memory(x, torch.tensor(0.5, dtype=torch.float64), t)
+    with pytest.raises(ArgumentError, match=r"parameter 't'.*(NumPy array is in host memory|numpy\.ndarray)"):
         in_memory(x, torch.tensor(0.5, dtype=torch.float64, device="cuda"), np.array(0.125))
+    with pytest.raises(ArgumentError, match=r"parameter 't' is a cupy\.ndarray, but parameter 'x' is a torch\.Tensor"):
+        in_memory(x, torch.tensor(0.5, dtype=torch.float64, device="cuda"), cp.asarray(np.float64(0.125)))
     with pytest.raises(ArgumentError, match=r"parameter 's' \(bf16\).*not a float"):
-        in_memory(x, 0.5, cp.asarray(np.float64(0.125)))
+        in_memory(x, 0.5, t)
 
 
 def _learning_rate_model(op):
