@@ -84,7 +84,7 @@ _STUB = """
 template <typename T, typename Op, typename... Rest>
 __device__ __forceinline__ T fz_stub_combine(T v, Op, Rest...) { return v; }
 """
-_COMBINES = re.compile(r"\bfz_(?:block|group|warp|cluster)_combine(?:_push|_pull)?(?:<[^>(]*>)?\(")
+_COMBINES = re.compile(r"\bfz_(?:block|group|warp|cluster)_combine(?:_push|_pull|_warps)?(?:<[^>(]*>)?\(")
 
 
 def stubbed(source: str) -> str:

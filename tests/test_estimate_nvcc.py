@@ -180,8 +180,11 @@ pipeline stats(x: f32[rows, cols], w: f32[cols], g: f32[rows, cols]) -> (r: f32[
     functions, _, usage = _row_functions(statistics, "stats", fuse="all")
     resident = [f for f in functions if re.search(r"_r\d+_v\d+$", f.name)]
     assert len(resident) >= 12
-    # in blocks of 512 and 1024 ptxas took 26 (estimated 34: over, left)
-    assert [m for m in _misses(resident, usage) if not m[0].endswith(("_r512_v4", "_r1024_v4"))] == []
+    # in blocks of 64 to 1024 ptxas took 22-26 (estimated 34: over, left; blocks of up to 256
+    # threads combine through fz_block_combine_warps, compiled for the block's warps: 22)
+    over = ("_r64_v4", "_r128_v4", "_r256_v4", "_r512_v4", "_r1024_v4")
+    assert [m for m in _misses(resident, usage) if not m[0].endswith(over)] == []
+    assert all(estimate > real for _, estimate, real in _misses(resident, usage))
 
 
 def test_layernorm_normalisation_row_kernel_within_bound():

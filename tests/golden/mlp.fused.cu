@@ -393,6 +393,39 @@ __device__ __forceinline__ T fz_block_combine(T v, Op op, T* partial)
     __syncthreads();
     return v;
 }
+// fz_block_combine for a block of 2 to 8 warps known when compiling (a row held
+// in registers: its block's size is the variant's): the same steps, barriers and
+// order, so the same result, with its branches and loops resolved by the
+// compiler. On the H200 (BENCHMARKS.md, eleventh session) bf16 softmax at 1 and
+// 4 Ki 95-97 -> 96-98 % of the copy, bf16 log-softmax at 4 Ki 81 -> 95, f32
+// cross-entropy unchanged; every thread combining the warps' values itself from
+// shared memory (one barrier fewer) was slower (bf16 softmax at 4 Ki 78-81 %, f32
+// cross-entropy at 4 Ki 55-57 against 67). Larger blocks keep fz_block_combine
+// (ptxas took 56 registers, not 34, for norm-grads' block of 1,024 unrolled).
+template <unsigned Warps, typename T, typename Op>
+__device__ __forceinline__ T fz_block_combine_warps(T v, Op op, T* partial)
+{
+    v = fz_warp_combine(v, op);
+    if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if ((Warps & (Warps - 1u)) != 0u) {
+        v = partial[0];
+#pragma unroll
+        for (unsigned w = 1; w < Warps; ++w) v = op(v, partial[w]);
+    } else {
+        if (threadIdx.x < 32u) {
+            v = partial[threadIdx.x < Warps ? threadIdx.x : 0u];
+#pragma unroll
+            for (unsigned offset = Warps / 2u; offset > 0u; offset >>= 1) v = op(v, fz_shfl_xor(v, (int)offset));
+            __syncwarp();
+            if (threadIdx.x == 0u) partial[0] = v;
+        }
+        __syncthreads();
+        v = partial[0];
+    }
+    __syncthreads();  // `partial` free again
+    return v;
+}
 #endif
 #ifndef FZ_HELPER_CLUSTERS
 #define FZ_HELPER_CLUSTERS
@@ -897,7 +930,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r64_v4(
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    acc = fz_block_combine_warps<2>(acc, fz_sum_op(), partial_float);
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
@@ -970,7 +1003,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r128_v4(
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    acc = fz_block_combine_warps<4>(acc, fz_sum_op(), partial_float);
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
@@ -1043,7 +1076,7 @@ extern "C" __global__ void bias_residual_rmsnorm_k0_r256_v4(
       }
       }
     }
-    acc = fz_block_combine(acc, fz_sum_op(), partial_float);
+    acc = fz_block_combine_warps<8>(acc, fz_sum_op(), partial_float);
     const float v6 = acc / length;
     const float v7 = v6 + eps;
     const float v8 = rsqrtf(v7);
